@@ -1,0 +1,36 @@
+// The paged caches of one model: per layer a latent cache and (V3.2) an indexer key cache, in
+// blocks of block_size tokens. Slot = block · block_size + offset.
+//   latent(layer)     [n_blocks, block_size, kv_lora + rope]   normalised latent | rotated k_pe
+//   index_keys(layer) [n_blocks, block_size, index_head_dim]   indexer keys after LayerNorm + rope
+// The CPU backend stores F32. Which blocks a sequence owns is the block allocator's business.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace osprey {
+
+constexpr int kBlockSize = 64;
+
+class PagedKVCache {
+ public:
+  PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size = kBlockSize);
+
+  Tensor latent(int layer) const { return latent_[size_t(layer)].view(); }
+  Tensor index_keys(int layer) const;
+  int64_t n_blocks() const { return n_blocks_; }
+  int block_size() const { return block_size_; }
+
+  // Bytes one block takes across all layers (F32 host storage).
+  static int64_t bytes_per_block(const ModelConfig& c, int block_size = kBlockSize);
+
+ private:
+  int64_t n_blocks_;
+  int block_size_;
+  std::vector<Buffer> latent_;
+  std::vector<Buffer> index_keys_;
+};
+
+}  // namespace osprey

@@ -1,0 +1,41 @@
+// One model step's inputs: the new tokens of every sequence in the batch, their attention
+// metadata, and which rows need logits. Built by the engine's step-input builder; the helper below
+// builds one from a list of sequences (CLI, tests).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/attention_meta.h"
+
+namespace osprey {
+
+struct ForwardBatch {
+  Tensor token_ids;       // [n_tokens] I32
+  AttentionMeta attn;     // positions, query_start_loc, seq_lens, block_table, slot_mapping
+  Tensor logits_indices;  // [n_logits] I32: rows of the batch whose logits are computed
+  int max_query_len = 0;
+};
+
+// A sequence's part of one step: `tokens` are appended at positions start_pos...; `blocks` are the
+// physical cache blocks of the whole context (enough for start_pos + tokens.size()).
+struct SeqStep {
+  std::vector<int32_t> tokens;
+  int32_t start_pos = 0;
+  std::vector<int32_t> blocks;
+  bool all_logits = false;  // logits for every new token (else only the last)
+};
+
+// Owns the buffers behind a ForwardBatch.
+class OwnedBatch {
+ public:
+  OwnedBatch(const std::vector<SeqStep>& seqs, int block_size);
+  const ForwardBatch& batch() const { return batch_; }
+  int64_t n_logits() const { return batch_.logits_indices.numel(); }
+
+ private:
+  Buffer token_ids_, positions_, qsl_, seq_lens_, block_table_, slots_, logits_indices_;
+  ForwardBatch batch_;
+};
+
+}  // namespace osprey

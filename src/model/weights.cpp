@@ -1,0 +1,195 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace osprey {
+
+std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
+  std::vector<WeightSpec> w;
+  const int64_t D = c.hidden_size, H = c.num_attention_heads, V = c.vocab_size;
+  auto lin = [&](const std::string& n, int64_t out, int64_t in, bool fp8 = true) {
+    w.push_back({n, {out, in}, WeightKind::Linear, fp8});
+  };
+  auto norm = [&](const std::string& n, int64_t d) { w.push_back({n, {d}, WeightKind::Norm, false}); };
+  auto mlp = [&](const std::string& p, int64_t inter) {
+    lin(p + "gate_proj.weight", inter, D);
+    lin(p + "up_proj.weight", inter, D);
+    lin(p + "down_proj.weight", D, inter);
+  };
+  w.push_back({"model.embed_tokens.weight", {V, D}, WeightKind::Embedding, false});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string L = "model.layers." + std::to_string(i) + ".";
+    const std::string A = L + "self_attn.";
+    norm(L + "input_layernorm.weight", D);
+    norm(L + "post_attention_layernorm.weight", D);
+    if (c.q_lora_rank) {
+      lin(A + "q_a_proj.weight", c.q_lora_rank, D);
+      norm(A + "q_a_layernorm.weight", c.q_lora_rank);
+      lin(A + "q_b_proj.weight", H * c.qk_head_dim(), c.q_lora_rank);
+    } else {
+      lin(A + "q_proj.weight", H * c.qk_head_dim(), D);
+    }
+    lin(A + "kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D);
+    norm(A + "kv_a_layernorm.weight", c.kv_lora_rank);
+    lin(A + "kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+    lin(A + "o_proj.weight", D, H * c.v_head_dim);
+    if (c.has_indexer) {
+      const std::string I = A + "indexer.";
+      lin(I + "wq_b.weight", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
+      lin(I + "wk.weight", c.index_head_dim, D);
+      norm(I + "k_norm.weight", c.index_head_dim);
+      w.push_back({I + "k_norm.bias", {c.index_head_dim}, WeightKind::NormBias, false});
+      lin(I + "weights_proj.weight", c.index_n_heads, D, /*fp8=*/false);
+    }
+    if (c.is_moe_layer(i)) {
+      w.push_back({L + "mlp.gate.weight", {c.n_routed_experts, D}, WeightKind::Router, false});
+      if (c.topk_method == TopkMethod::NoauxTc)
+        w.push_back({L + "mlp.gate.e_score_correction_bias", {c.n_routed_experts},
+                     WeightKind::CorrectionBias, false});
+      for (int e = 0; e < c.n_routed_experts; ++e)
+        mlp(L + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+      if (c.n_shared_experts > 0)
+        mlp(L + "mlp.shared_experts.", int64_t(c.n_shared_experts) * c.moe_intermediate_size);
+    } else {
+      mlp(L + "mlp.", c.intermediate_size);
+    }
+  }
+  norm("model.norm.weight", D);
+  if (!c.tie_word_embeddings) lin("lm_head.weight", V, D, /*fp8=*/false);
+  return w;
+}
+
+namespace {
+
+// Converts one checkpoint tensor (and its scales) to an owned F32 buffer.
+class Loader {
+ public:
+  Loader(const Checkpoint& ck, ModelWeights& mw) : ck_(ck), mw_(mw) {}
+
+  Tensor load(const WeightSpec& spec) {
+    Tensor t = ck_.get(spec.name, spec.shape);
+    Buffer out(DType::F32, spec.shape);
+    const std::string& file = ck_.file_of(spec.name);
+    switch (t.dtype) {
+      case DType::F32:
+        std::memcpy(out.f32(), t.data, t.nbytes());
+        break;
+      case DType::BF16:
+      case DType::F16: {
+        LinearWeight lw{t.reshape({t.numel() / t.shape.back(), t.shape.back()}), {}};
+        ops::cpu::dequantize(out.view().reshape(lw.weight.shape), lw);
+        break;
+      }
+      case DType::F8_E4M3: {
+        if (!spec.fp8)
+          fail(file, ": tensor '", spec.name, "' is F8_E4M3, but osprey expects it unquantized");
+        const std::string sname = spec.name + "_scale_inv";
+        if (!ck_.contains(sname))
+          fail(file, ": FP8 tensor '", spec.name, "' has no '", sname, "'");
+        const Shape sshape = {(spec.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
+                              (spec.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
+        Tensor s = ck_.get(sname, sshape);
+        if (s.dtype != DType::F32)
+          fail(ck_.file_of(sname), ": tensor '", sname, "' must be F32, got ", dtype_name(s.dtype));
+        for (int64_t i = 0; i < s.numel(); ++i)
+          if (!(std::isfinite(s.f32()[i]) && s.f32()[i] > 0))
+            fail(ck_.file_of(sname), ": tensor '", sname, "' holds a non-positive or non-finite scale");
+        used_.insert(sname);
+        ops::cpu::dequantize(out, LinearWeight{t, s});
+        break;
+      }
+      default:
+        fail(file, ": tensor '", spec.name, "' has dtype ", dtype_name(t.dtype),
+             "; expected F32, BF16, F16 or F8_E4M3");
+    }
+    used_.insert(spec.name);
+    Tensor v = out.view();
+    mw_.owned.push_back(std::move(out));
+    return v;
+  }
+
+  const std::set<std::string>& used() const { return used_; }
+
+ private:
+  const Checkpoint& ck_;
+  ModelWeights& mw_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
+  ModelWeights mw;
+  Loader loader(ckpt, mw);
+  std::map<std::string, Tensor> t;
+  for (const WeightSpec& spec : weight_specs(c)) t[spec.name] = loader.load(spec);
+  auto lin = [&](const std::string& n) { return LinearWeight{t.at(n), {}}; };
+  auto mlp = [&](const std::string& p) {
+    return MlpWeights{lin(p + "gate_proj.weight"), lin(p + "up_proj.weight"),
+                      lin(p + "down_proj.weight")};
+  };
+  mw.embed = t.at("model.embed_tokens.weight");
+  mw.final_norm = t.at("model.norm.weight");
+  mw.lm_head = c.tie_word_embeddings ? LinearWeight{mw.embed, {}} : lin("lm_head.weight");
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string L = "model.layers." + std::to_string(i) + ".";
+    const std::string A = L + "self_attn.";
+    LayerWeights lw;
+    lw.input_norm = t.at(L + "input_layernorm.weight");
+    lw.post_attn_norm = t.at(L + "post_attention_layernorm.weight");
+    if (c.q_lora_rank) {
+      lw.attn.q_a_proj = lin(A + "q_a_proj.weight");
+      lw.attn.q_a_norm = t.at(A + "q_a_layernorm.weight");
+      lw.attn.q_b_proj = lin(A + "q_b_proj.weight");
+    } else {
+      lw.attn.q_proj = lin(A + "q_proj.weight");
+    }
+    lw.attn.kv_a_proj = lin(A + "kv_a_proj_with_mqa.weight");
+    lw.attn.kv_a_norm = t.at(A + "kv_a_layernorm.weight");
+    lw.attn.kv_b_proj = lin(A + "kv_b_proj.weight");
+    lw.attn.o_proj = lin(A + "o_proj.weight");
+    if (c.has_indexer) {
+      const std::string I = A + "indexer.";
+      lw.attn.indexer = {lin(I + "wq_b.weight"), lin(I + "wk.weight"), t.at(I + "k_norm.weight"),
+                         t.at(I + "k_norm.bias"), lin(I + "weights_proj.weight")};
+    }
+    lw.moe = c.is_moe_layer(i);
+    if (lw.moe) {
+      lw.router = t.at(L + "mlp.gate.weight");
+      if (c.topk_method == TopkMethod::NoauxTc)
+        lw.correction_bias = t.at(L + "mlp.gate.e_score_correction_bias");
+      for (int e = 0; e < c.n_routed_experts; ++e)
+        lw.experts.push_back(mlp(L + "mlp.experts." + std::to_string(e) + "."));
+      lw.has_shared = c.n_shared_experts > 0;
+      if (lw.has_shared) lw.shared = mlp(L + "mlp.shared_experts.");
+    } else {
+      lw.mlp = mlp(L + "mlp.");
+    }
+    mw.layers.push_back(std::move(lw));
+  }
+  // Tensors nobody asked for: the MTP layers are expected (skipped); anything else is reported.
+  int unknown = 0;
+  std::string first_unknown;
+  for (const std::string& name : ckpt.names()) {
+    if (loader.used().count(name)) continue;
+    int layer = -1;
+    if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= c.num_hidden_layers) {
+      ++mw.skipped_mtp_tensors;
+      continue;
+    }
+    if (unknown++ == 0) first_unknown = name;
+  }
+  if (unknown)
+    std::fprintf(stderr, "osprey: warning: %d tensors in %s are not used (first: %s)\n", unknown,
+                 ckpt.path().c_str(), first_unknown.c_str());
+  return mw;
+}
+
+}  // namespace osprey

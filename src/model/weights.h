@@ -1,0 +1,79 @@
+// The model's weights by role, loaded from a checkpoint under the published Hugging Face names
+// (model.layers.N.self_attn.q_a_proj.weight, mlp.experts.J.gate_proj.weight, ...).
+// Every expected tensor must exist with the shape config.json implies, in a supported dtype
+// (F32, BF16, F16, or F8_E4M3 with its `weight_scale_inv`); failures name the tensor and file.
+// The MTP layers (indices >= num_hidden_layers) are recognised and skipped.
+//
+// On the CPU backend every tensor is converted to F32 at load (FP8 dequantized with its block
+// scales) and owned here; the checkpoint mapping can be dropped afterwards.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "ops/gemm.h"
+#include "ops/moe.h"
+
+namespace osprey {
+
+struct IndexerWeights {
+  LinearWeight wq_b;          // [IH·ID, q_lora]
+  LinearWeight wk;            // [ID, D]
+  Tensor k_norm_weight;       // [ID]
+  Tensor k_norm_bias;         // [ID]
+  LinearWeight weights_proj;  // [IH, D]
+};
+
+struct AttentionWeights {
+  LinearWeight q_proj;    // [H·(nope+rope), D]   (no q LoRA)
+  LinearWeight q_a_proj;  // [q_lora, D]
+  Tensor q_a_norm;        // [q_lora]
+  LinearWeight q_b_proj;  // [H·(nope+rope), q_lora]
+  LinearWeight kv_a_proj; // [kv_lora + rope, D]
+  Tensor kv_a_norm;       // [kv_lora]
+  LinearWeight kv_b_proj; // [H·(nope+v), kv_lora]: per head nope rows then v rows
+  LinearWeight o_proj;    // [D, H·v]
+  IndexerWeights indexer; // V3.2 only
+};
+
+struct LayerWeights {
+  Tensor input_norm;      // [D]
+  Tensor post_attn_norm;  // [D]
+  AttentionWeights attn;
+  bool moe = false;
+  MlpWeights mlp;              // dense layers
+  Tensor router;               // [E, D]
+  Tensor correction_bias;      // [E] (noaux_tc only)
+  std::vector<MlpWeights> experts;
+  bool has_shared = false;
+  MlpWeights shared;           // [n_shared·moe_I, D] ...
+};
+
+struct ModelWeights {
+  Tensor embed;        // [V, D]
+  Tensor final_norm;   // [D]
+  LinearWeight lm_head;  // [V, D]
+  std::vector<LayerWeights> layers;
+  std::vector<Buffer> owned;  // storage behind the views above
+  int skipped_mtp_tensors = 0;
+};
+
+// Loads every weight of `config` from `ckpt` as F32 host tensors.
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& config);
+
+// Every tensor a config implies, under its published name: what the loader requires and what
+// make-model writes. fp8 marks the linear weights that FP8 checkpoints store as e4m3 + scales.
+enum class WeightKind { Embedding, Norm, NormBias, Linear, Router, CorrectionBias };
+struct WeightSpec {
+  std::string name;
+  Shape shape;
+  WeightKind kind;
+  bool fp8 = false;
+};
+std::vector<WeightSpec> weight_specs(const ModelConfig& config);
+
+}  // namespace osprey

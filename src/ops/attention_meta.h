@@ -1,0 +1,25 @@
+// The per-step attention metadata every attention-like op reads (built once per step).
+//   query_start_loc [n_seqs + 1] I32: tokens of sequence s are rows [qsl[s], qsl[s+1]) of the batch
+//   seq_lens        [n_seqs] I32: context length of s after this step (cached + new tokens)
+//   positions       [n_tokens] I32: position of each token in its sequence; token t of s attends to
+//                   context positions 0..positions[t] (causal)
+//   block_table     [n_seqs, max_blocks] I32: physical block of each 64-token logical block
+//   slot_mapping    [n_tokens] I64: cache slot (block · block_size + offset) each new token writes
+#pragma once
+
+#include "core/tensor.h"
+
+namespace osprey {
+
+struct AttentionMeta {
+  int n_seqs = 0;
+  int n_tokens = 0;
+  int block_size = 64;
+  Tensor query_start_loc;
+  Tensor seq_lens;
+  Tensor positions;
+  Tensor block_table;
+  Tensor slot_mapping;
+};
+
+}  // namespace osprey

@@ -1,0 +1,188 @@
+// CPU MLA: plain loops over (token, head, context position), softmax in F32 with the max
+// subtracted, accumulation in F32.
+#include "ops/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace osprey::ops::cpu {
+
+namespace {
+
+// Row of position j of sequence s in a paged cache.
+int64_t cache_row(const AttentionMeta& m, int s, int64_t j) {
+  const int64_t max_blocks = m.block_table.size(1);
+  OSPREY_CHECK(j / m.block_size < max_blocks, "position ", j, " beyond the block table");
+  const int32_t block = m.block_table.ptr<int32_t>()[s * max_blocks + j / m.block_size];
+  return int64_t(block) * m.block_size + j % m.block_size;
+}
+
+// The context positions token t attends: all j ≤ p, or the top-k entries (≤ p) when given.
+void attended(std::vector<int64_t>& js, const Tensor& topk, int64_t t, int64_t p) {
+  js.clear();
+  if (topk.data == nullptr) {
+    for (int64_t j = 0; j <= p; ++j) js.push_back(j);
+    return;
+  }
+  const int64_t k = topk.size(1);
+  const int32_t* row = topk.ptr<int32_t>() + t * k;
+  for (int64_t i = 0; i < k; ++i)
+    if (row[i] >= 0 && row[i] <= p) js.push_back(row[i]);
+  std::sort(js.begin(), js.end());
+}
+
+int seq_of(const AttentionMeta& m, int64_t t) {
+  const int32_t* qsl = m.query_start_loc.ptr<int32_t>();
+  int s = 0;
+  while (s + 1 < m.n_seqs && qsl[s + 1] <= t) ++s;
+  return s;
+}
+
+// softmax(scores) in place; returns nothing (scores become probabilities).
+void softmax(std::vector<float>& x) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : x) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float& v : x) {
+    v = std::exp(v - mx);
+    sum += v;
+  }
+  for (float& v : x) v = float(v / sum);
+}
+
+}  // namespace
+
+void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
+  const int64_t n = q.size(0), H = q.size(1), qk = q.size(2), rope = qk - nope;
+  const int64_t kv_lora = kv_b.size(1), width = q_abs.size(2);
+  OSPREY_CHECK(width == kv_lora + rope && kv_b.size(0) == H * (nope + v), "mla_absorb_q shapes");
+  const float* W = kv_b.f32();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.f32() + (t * H + h) * qk;
+      float* o = q_abs.f32() + (t * H + h) * width;
+      std::fill_n(o, kv_lora, 0.0f);
+      for (int64_t d = 0; d < nope; ++d) {
+        const float* w = W + (h * (nope + v) + d) * kv_lora;
+        for (int64_t c = 0; c < kv_lora; ++c) o[c] += qh[d] * w[c];
+      }
+      std::copy_n(qh + nope, rope, o + kv_lora);
+    }
+}
+
+void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
+  const int64_t n = o_lat.size(0), H = o_lat.size(1), kv_lora = o_lat.size(2), v = out.size(2);
+  OSPREY_CHECK(kv_b.size(0) == H * (nope + v) && kv_b.size(1) == kv_lora, "mla_unabsorb shapes");
+  const float* W = kv_b.f32();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* l = o_lat.f32() + (t * H + h) * kv_lora;
+      float* o = out.f32() + (t * H + h) * v;
+      for (int64_t d = 0; d < v; ++d) {
+        const float* w = W + (h * (nope + v) + nope + d) * kv_lora;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < kv_lora; ++c) acc += l[c] * w[c];
+        o[d] = acc;
+      }
+    }
+}
+
+void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m) {
+  const int64_t kv_lora = latent.size(-1), rope = k_pe.size(-1);
+  const int64_t width = latent_cache.size(-1);
+  OSPREY_CHECK(width == kv_lora + rope, "latent cache width ", width);
+  const int64_t n_slots = latent_cache.numel() / width;
+  const int64_t* slots = m.slot_mapping.ptr<int64_t>();
+  for (int64_t t = 0; t < m.n_tokens; ++t) {
+    OSPREY_CHECK(slots[t] >= 0 && slots[t] < n_slots, "slot ", slots[t]);
+    float* dst = latent_cache.f32() + slots[t] * width;
+    std::copy_n(latent.f32() + t * kv_lora, kv_lora, dst);
+    std::copy_n(k_pe.f32() + t * rope, rope, dst + kv_lora);
+  }
+}
+
+void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
+  const int64_t width = latent_cache.size(-1);
+  const int32_t* seq_lens = m.seq_lens.ptr<int32_t>();
+  int64_t row = 0;
+  for (int s = 0; s < m.n_seqs; ++s)
+    for (int64_t j = 0; j < seq_lens[s]; ++j, ++row) {
+      OSPREY_CHECK(row < out.size(0), "gather output too small");
+      std::copy_n(latent_cache.f32() + cache_row(m, s, j) * width, width, out.f32() + row * width);
+    }
+  OSPREY_CHECK(row == out.size(0), "gather output rows ", out.size(0), " != ", row);
+}
+
+void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  const int64_t H = q.size(1), width = q.size(2), kv_lora = out.size(2);
+  OSPREY_CHECK(latent_cache.size(-1) == width && out.size(0) == m.n_tokens && out.size(1) == H,
+               "absorbed MLA shapes");
+  const int32_t* pos = m.positions.ptr<int32_t>();
+  std::vector<int64_t> js;
+  std::vector<float> p;
+  for (int64_t t = 0; t < m.n_tokens; ++t) {
+    const int s = seq_of(m, t);
+    attended(js, topk_indices, t, pos[t]);
+    OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
+    std::vector<const float*> rows(js.size());
+    for (size_t i = 0; i < js.size(); ++i)
+      rows[i] = latent_cache.f32() + cache_row(m, s, js[i]) * width;
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.f32() + (t * H + h) * width;
+      p.assign(js.size(), 0.0f);
+      for (size_t i = 0; i < js.size(); ++i) {
+        float dot = 0.0f;
+        for (int64_t d = 0; d < width; ++d) dot += qh[d] * rows[i][d];
+        p[i] = dot * scale;
+      }
+      softmax(p);
+      float* o = out.f32() + (t * H + h) * kv_lora;
+      std::fill_n(o, kv_lora, 0.0f);
+      for (size_t i = 0; i < js.size(); ++i)
+        for (int64_t d = 0; d < kv_lora; ++d) o[d] += p[i] * rows[i][d];
+    }
+  }
+}
+
+void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  const int64_t H = q.size(1), qk = q.size(2), vd = v.size(2);
+  OSPREY_CHECK(k.size(1) == H && k.size(2) == qk && v.size(1) == H && out.size(2) == vd,
+               "expanded MLA shapes");
+  const int32_t* pos = m.positions.ptr<int32_t>();
+  const int32_t* seq_lens = m.seq_lens.ptr<int32_t>();
+  std::vector<int64_t> kv_start(size_t(m.n_seqs) + 1, 0);
+  for (int s = 0; s < m.n_seqs; ++s) kv_start[size_t(s) + 1] = kv_start[size_t(s)] + seq_lens[s];
+  OSPREY_CHECK(kv_start.back() == k.size(0), "K rows ", k.size(0), " != sum of seq_lens");
+  std::vector<int64_t> js;
+  std::vector<float> p;
+  for (int64_t t = 0; t < m.n_tokens; ++t) {
+    const int s = seq_of(m, t);
+    attended(js, topk_indices, t, pos[t]);
+    OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = q.f32() + (t * H + h) * qk;
+      p.assign(js.size(), 0.0f);
+      for (size_t i = 0; i < js.size(); ++i) {
+        const float* kr = k.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * qk;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < qk; ++d) dot += qh[d] * kr[d];
+        p[i] = dot * scale;
+      }
+      softmax(p);
+      float* o = out.f32() + (t * H + h) * vd;
+      std::fill_n(o, vd, 0.0f);
+      for (size_t i = 0; i < js.size(); ++i) {
+        const float* vr = v.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * vd;
+        for (int64_t d = 0; d < vd; ++d) o[d] += p[i] * vr[d];
+      }
+    }
+  }
+}
+
+}  // namespace osprey::ops::cpu

@@ -1,0 +1,84 @@
+// Backend dispatch: each ops:: entry runs the twin for the device of its output tensor.
+// The forward pass is written once against these entries.
+#include "core/error.h"
+#include "ops/activation.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "ops/indexer.h"
+#include "ops/mla.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace osprey::ops {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  fail("op ", op, " was given CUDA tensors, but this build has no CUDA backend");
+}
+}  // namespace
+
+#define OSPREY_DISPATCH(op, dev, ...)  \
+  do {                                 \
+    if ((dev) == Device::CPU)          \
+      return cpu::op(__VA_ARGS__);     \
+    no_cuda(#op);                      \
+  } while (0)
+
+void linear(Tensor y, Tensor x, const LinearWeight& w) { OSPREY_DISPATCH(linear, y.device, y, x, w); }
+void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
+  OSPREY_DISPATCH(rms_norm, out.device, out, x, w, eps);
+}
+void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  OSPREY_DISPATCH(add_rms_norm, out.device, out, residual, x, w, eps);
+}
+void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps) {
+  OSPREY_DISPATCH(layer_norm, out.device, out, x, w, b, eps);
+}
+void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
+          float attention_factor, bool interleaved) {
+  OSPREY_DISPATCH(rope, x.device, x, offset, rope_dim, positions, inv_freq, attention_factor,
+                  interleaved);
+}
+void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
+  OSPREY_DISPATCH(mla_absorb_q, q_abs.device, q_abs, q, kv_b, nope, v);
+}
+void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
+  OSPREY_DISPATCH(mla_unabsorb_out, out.device, out, o_lat, kv_b, nope);
+}
+void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m) {
+  OSPREY_DISPATCH(mla_cache_write, latent_cache.device, latent_cache, latent, k_pe, m);
+}
+void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
+  OSPREY_DISPATCH(mla_cache_gather, out.device, out, latent_cache, m);
+}
+void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  OSPREY_DISPATCH(mla_attention_absorbed, out.device, out, q, latent_cache, m, topk_indices, scale);
+}
+void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  OSPREY_DISPATCH(mla_attention_expanded, out.device, out, q, k, v, m, topk_indices, scale);
+}
+void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
+  OSPREY_DISPATCH(indexer_cache_write, index_cache.device, index_cache, k, m);
+}
+void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
+                  const AttentionMeta& m, float scale) {
+  OSPREY_DISPATCH(indexer_topk, topk_indices.device, topk_indices, q, weights, index_cache, m, scale);
+}
+void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
+               const RouterParams& p) {
+  OSPREY_DISPATCH(moe_route, topk_ids.device, topk_ids, topk_weights, router_logits,
+                  correction_bias, p);
+}
+void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
+                 const std::vector<MlpWeights>& experts) {
+  OSPREY_DISPATCH(moe_experts, out.device, out, x, topk_ids, topk_weights, experts);
+}
+void silu_mul(Tensor out, Tensor gate, Tensor up) { OSPREY_DISPATCH(silu_mul, out.device, out, gate, up); }
+void embedding(Tensor out, Tensor ids, Tensor table) {
+  OSPREY_DISPATCH(embedding, out.device, out, ids, table);
+}
+
+}  // namespace osprey::ops

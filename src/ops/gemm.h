@@ -1,0 +1,28 @@
+// Linear layers: y = x · Wᵀ, W stored [out, in] row-major as in the checkpoint.
+// W is F32 or BF16, or F8_E4M3 with block scales: W[r, c] = e4m3(W8[r, c]) · scale_inv[r/128, c/128]
+// (scale_inv: F32 [ceil(out/128), ceil(in/128)], DeepSeek's `weight_scale_inv`).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace osprey {
+
+struct LinearWeight {
+  Tensor weight;     // [out, in]
+  Tensor scale_inv;  // [ceil(out/128), ceil(in/128)] F32 when weight is F8_E4M3, else empty
+  int64_t out() const { return weight.size(0); }
+  int64_t in() const { return weight.size(1); }
+};
+
+constexpr int kFp8BlockSize = 128;
+
+namespace ops {
+// y [n, out] F32 = x [n, in] F32 · Wᵀ.
+void linear(Tensor y, Tensor x, const LinearWeight& w);
+namespace cpu {
+void linear(Tensor y, Tensor x, const LinearWeight& w);
+// Dequantizes any supported weight to F32 rows [out, in] (the CPU backend's resident form).
+void dequantize(Tensor out_f32, const LinearWeight& w);
+}  // namespace cpu
+}  // namespace ops
+}  // namespace osprey
