@@ -27,6 +27,7 @@ void run(const Args& a) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
   std::printf("\n");
+  std::fflush(stdout);
   std::fprintf(stderr, "%zu prompt + %zu generated tokens in %.3f s\n", ids.size(), out.size(), s);
 }
 
