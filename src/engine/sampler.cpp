@@ -141,7 +141,7 @@ int32_t Sampler::sample_row(const float* raw, int vocab, const SamplingRow& row)
     int n = 0;
     for (int i = 0; i < vocab; ++i) {
       const float e = std::exp(x[i] - m);
-      if (e > 0.0f && e >= min_p) cand[n++] = Candidate{x[i], i};
+      if (e > 0.0f && e >= min_p) cand[n++] = Candidate{x[i], e, i};
     }
     auto by_x_desc = [](const Candidate& a, const Candidate& b) {
       return a.x > b.x || (a.x == b.x && a.id < b.id);
@@ -153,13 +153,19 @@ int32_t Sampler::sample_row(const float* raw, int vocab, const SamplingRow& row)
           std::partition(cand, cand + n, [cut](const Candidate& c) { return c.x >= cut; }) - cand);
     }
     if (use_top_p && n > 1) {
-      std::sort(cand, cand + n, by_x_desc);
       double z = 0.0;
-      for (int j = 0; j < n; ++j) z += std::exp(cand[j].x - m);
+      for (int j = 0; j < n; ++j) z += cand[j].e;
       const double mass = static_cast<double>(p.top_p) * z;
+      // Exact pre-filter before the sort: if n · e_j ≤ (1 − top_p) · z, the tokens with e ≤ e_j
+      // weigh at most (1 − top_p) · z, so the mass ahead of j is ≥ top_p · z and j is dropped.
+      // On a peaked distribution over a large vocabulary this leaves a few hundred to sort.
+      const double floor_e = (z - mass) / n;
+      n = static_cast<int>(
+          std::partition(cand, cand + n, [&](const Candidate& c) { return c.e > floor_e; }) - cand);
+      std::sort(cand, cand + n, by_x_desc);
       double before = 0.0;  // mass of the tokens ahead of cand[keep]
       int keep = 0;
-      while (keep < n && (keep == 0 || before < mass)) before += std::exp(cand[keep++].x - m);
+      while (keep < n && (keep == 0 || before < mass)) before += cand[keep++].e;
       cut = std::max(cut, cand[keep - 1].x);
     }
   }

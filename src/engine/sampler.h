@@ -83,6 +83,7 @@ class Sampler {
  private:
   struct Candidate {
     float x;  // logit after penalties and temperature
+    float e;  // exp(x − max x) = p / p_max
     int32_t id;
   };
   void reserve(int vocab);

@@ -541,6 +541,9 @@ TEST(SamplerPenalties, FlipTheGreedyChoice) {
   s.sample(b, {req.row(), fresh.row()}, &out);
   EXPECT_EQ(out[0].token, 2);
   EXPECT_EQ(out[1].token, 1);
+  // The logits are read, never written.
+  EXPECT_EQ(std::vector<float>(b.f32(), b.f32() + 3), logits);
+  EXPECT_EQ(std::vector<float>(b.f32() + 3, b.f32() + 6), logits);
 }
 
 TEST(SamplerMinTokens, SuppressesEosAndStopIdsUntilMinTokens) {
