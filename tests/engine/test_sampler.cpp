@@ -328,6 +328,35 @@ TEST(SamplerDistribution, NeverDrawsFilteredTokensOnALargeVocabulary) {
   }
 }
 
+TEST(SamplerDistribution, TopPOnALargeVocabularyFitsTheNucleus) {
+  // Many tokens below the nucleus: exercises the pre-filter that drops them before sorting.
+  constexpr int kVocab = 2000;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> logits(kVocab);
+  for (float& v : logits) v = normal(rng);
+  const std::vector<double> probs = expected_probs(logits, 1.0f, 0, 0.5f, 0.0f);
+  const auto support = std::count_if(probs.begin(), probs.end(), [](double p) { return p > 0; });
+  ASSERT_GE(support, 5);
+  ASSERT_LE(support, 25);
+  Request req;
+  req.seed = 606;
+  req.params.top_p = 0.5f;
+  const std::vector<int> counts = draw_counts(logits, req, kDraws);
+  const ChiSquare fit = chi_square(counts, probs);
+  EXPECT_EQ(fit.impossible_draws, 0);
+  EXPECT_LT(fit.stat, chi2_critical_001(fit.df)) << "support " << support;
+  // Control: the nucleus one token smaller.
+  std::vector<double> smaller = probs;
+  const auto weakest = std::min_element(smaller.begin(), smaller.end(), [](double a, double b) {
+    return (a > 0 ? a : 2.0) < (b > 0 ? b : 2.0);
+  });
+  *weakest = 0.0;
+  const double z = std::accumulate(smaller.begin(), smaller.end(), 0.0);
+  for (double& p : smaller) p /= z;
+  EXPECT_GT(chi_square(counts, smaller).impossible_draws, 0);
+}
+
 TEST(SamplerDistribution, TopKKeepsTiesAtTheBoundary) {
   // Top-2 of {3, 1, 1, 0}: the second-largest value is shared, so both 1s stay (as vLLM's
   // threshold mask does), each with the probability softmax gives it among the three.
