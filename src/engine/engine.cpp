@@ -1,0 +1,246 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace osprey {
+
+namespace {
+
+SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg) {
+  SchedulerConfig s;
+  s.max_num_seqs = cfg.max_num_seqs;
+  s.max_num_batched_tokens = cfg.max_num_batched_tokens;
+  s.block_size = kBlockSize;
+  s.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : int(mc.max_position_embeddings);
+  if (s.max_model_len > mc.max_position_embeddings)
+    fail("max_model_len ", s.max_model_len, " exceeds the model's max_position_embeddings (",
+         mc.max_position_embeddings, ")");
+  if (s.max_num_seqs < 1) fail("max_num_seqs must be at least 1");
+  if (s.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be at least 1");
+  s.enable_prefix_caching = cfg.enable_prefix_caching;
+  s.eos_token_id = mc.eos_token_id;
+  return s;
+}
+
+int64_t num_blocks_for(const ModelConfig& mc, const EngineConfig& cfg, const SchedulerConfig& s) {
+  const int64_t n =
+      cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(mc);
+  if (n * kBlockSize < s.max_model_len)
+    fail("the KV cache (", n, " blocks of ", kBlockSize, " tokens) cannot hold one sequence of "
+         "max_model_len ", s.max_model_len, " tokens: give the cache more memory or lower "
+         "max_model_len");
+  return n;
+}
+
+// The longest prefix of s[0, end) that does not end inside a UTF-8 character.
+size_t utf8_boundary(const std::string& s, size_t end) {
+  size_t i = end;
+  while (i > 0 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i;  // continuation bytes
+  if (i == 0) return 0;
+  const uint8_t lead = uint8_t(s[i - 1]);
+  const size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return (end - (i - 1) >= len) ? end : i - 1;
+}
+
+}  // namespace
+
+Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders)
+    : model_(model),
+      sched_cfg_(make_sched_config(model.config(), cfg)),
+      pool_(num_blocks_for(model.config(), cfg, sched_cfg_)),
+      cache_(model.config(), pool_.n_blocks()),
+      scheduler_(sched_cfg_, pool_),
+      inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
+              (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize),
+      decoders_(std::move(decoders)),
+      seed_rng_(cfg.seed ? cfg.seed : std::random_device{}()) {}
+
+void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
+  const ModelConfig& mc = model_.config();
+  if (prompt.empty()) fail("the prompt is empty");
+  if (int(prompt.size()) >= sched_cfg_.max_model_len)
+    fail("the prompt has ", prompt.size(), " tokens; this model accepts at most ",
+         sched_cfg_.max_model_len - 1, " (max_model_len ", sched_cfg_.max_model_len,
+         " including at least one generated token)");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= mc.vocab_size)
+      fail("prompt token id ", t, " is outside the vocabulary [0, ", mc.vocab_size, ")");
+  params.validate(mc.vocab_size);
+}
+
+void Engine::add_request(uint64_t id, std::vector<int32_t> prompt, SamplingParams params) {
+  validate(prompt, params);
+  if (live_.count(id)) fail("request id ", id, " is already in use");
+  Live l;
+  l.seq = std::make_unique<Sequence>();
+  Sequence& s = *l.seq;
+  s.id = id;
+  s.arrival = arrivals_++;
+  s.prompt = std::move(prompt);
+  s.params = std::move(params);
+  s.seed = s.params.seed ? *s.params.seed : seed_rng_();
+  if (decoders_) l.decoder = decoders_();
+  for (const auto& st : s.params.stop) l.max_stop = std::max(l.max_stop, st.size());
+  l.pending.id = id;
+  l.pending.prompt_tokens = int(s.prompt.size());
+  scheduler_.add(&s);
+  live_.emplace(id, std::move(l));
+}
+
+void Engine::abort(uint64_t id) {
+  if (live_.count(id)) aborted_.push_back(id);
+}
+
+bool Engine::check_stop_strings(Live& l) {
+  const Sequence& s = *l.seq;
+  if (s.params.stop.empty()) return false;
+  // Only matches that end in the newly decoded text can be new.
+  const size_t from = l.emitted > l.max_stop ? l.emitted - l.max_stop : 0;
+  size_t best = std::string::npos;
+  const std::string* which = nullptr;
+  for (const std::string& st : s.params.stop) {
+    const size_t p = l.text.find(st, from);
+    if (p != std::string::npos && p < best) {
+      best = p;
+      which = &st;
+    }
+  }
+  if (!which) return false;
+  l.text.resize(best);
+  l.pending.stop_string = *which;
+  return true;
+}
+
+void Engine::on_token(Live& l, const SampleResult* r, int32_t token) {
+  Sequence& s = *l.seq;
+  l.pending.new_tokens.push_back(token);
+  if (r && s.params.logprobs >= 0) l.pending.logprobs.push_back({token, r->logprob, r->top_logprobs});
+  // The token that stopped the sequence (EOS, a stop id) is not part of the text.
+  const bool stop_token = s.finished() && s.finish == FinishReason::Stop && s.stop_token == token;
+  if (l.decoder && !stop_token) {
+    l.text += l.decoder->push(token);
+    if (!s.finished() && check_stop_strings(l)) scheduler_.finish(&s, FinishReason::Stop);
+  }
+}
+
+RequestOutput Engine::take_output(Live& l) {
+  Sequence& s = *l.seq;
+  RequestOutput out = std::move(l.pending);
+  l.pending = RequestOutput{};
+  l.pending.id = s.id;
+  l.pending.prompt_tokens = int(s.prompt.size());
+  if (s.finished() && l.decoder && out.stop_string.empty())
+    l.text += l.decoder->finish();
+  // Hold back what could still become a stop string, and never split a character.
+  size_t end = l.text.size();
+  if (!s.finished() && l.max_stop > 0) end = end >= l.max_stop - 1 ? end - (l.max_stop - 1) : 0;
+  if (!s.finished()) end = utf8_boundary(l.text, end);
+  if (end > l.emitted) {
+    out.text = l.text.substr(l.emitted, end - l.emitted);
+    l.emitted = end;
+  }
+  out.finished = s.finished();
+  out.finish_reason = s.finish;
+  out.stop_token = s.finish == FinishReason::Stop ? s.stop_token : -1;
+  out.completion_tokens = int(s.output.size());
+  out.cached_tokens = s.num_prefix_hit_tokens;
+  return out;
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs;
+  for (uint64_t id : aborted_) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    scheduler_.finish(it->second.seq.get(), FinishReason::Abort);
+  }
+  aborted_.clear();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepPlan plan = scheduler_.schedule();
+  std::vector<int32_t> tokens;
+  std::vector<SampleResult> results;
+  std::vector<Sequence*> sampled_seqs;
+  if (!plan.empty()) {
+    const ForwardBatch& batch = inputs_.build(plan);
+    Buffer logits(DType::F32, {plan.num_sampled, model_.config().vocab_size});
+    model_.forward(batch, cache_, logits);
+    std::vector<SamplingRow> rows;
+    for (const ScheduledSeq& e : plan.seqs) {
+      for (int i = 0; i < e.num_tokens; ++i)
+        if (e.start + i < int(e.seq->prompt.size())) ++counters_.prompt_tokens_total;
+      if (!e.sample) continue;
+      rows.push_back({&e.seq->params, &e.seq->prompt, &e.seq->output, e.seq->seed,
+                      model_.config().eos_token_id});
+      sampled_seqs.push_back(e.seq);
+    }
+    sampler_.sample(logits, rows, &results);
+    for (const SampleResult& r : results) tokens.push_back(r.token);
+    scheduler_.commit(plan, tokens);
+    counters_.generation_tokens_total += int64_t(tokens.size());
+    ++counters_.steps;
+  }
+  for (size_t i = 0; i < sampled_seqs.size(); ++i) {
+    Live& l = live_.at(sampled_seqs[i]->id);
+    on_token(l, &results[i], tokens[i]);
+  }
+  counters_.last_step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  for (auto it = live_.begin(); it != live_.end();) {
+    Live& l = it->second;
+    if (!l.pending.new_tokens.empty() || l.seq->finished()) outputs.push_back(take_output(l));
+    if (l.seq->finished()) {
+      counters_.num_preemptions += l.seq->num_preemptions;
+      it = live_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return outputs;
+}
+
+std::vector<Engine::Result> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             const std::vector<SamplingParams>& params) {
+  OSPREY_CHECK(prompts.size() == params.size(), "one SamplingParams per prompt");
+  std::map<uint64_t, size_t> index;
+  uint64_t next_id = 1ull << 62;  // clear of ids an AsyncEngine would hand out
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    while (live_.count(next_id)) ++next_id;
+    add_request(next_id, prompts[i], params[i]);
+    index[next_id++] = i;
+  }
+  std::vector<Result> results(prompts.size());
+  size_t done = 0;
+  while (done < prompts.size()) {
+    for (RequestOutput& o : step()) {
+      auto it = index.find(o.id);
+      if (it == index.end()) continue;
+      Result& r = results[it->second];
+      r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      r.text += o.text;
+      if (o.finished) {
+        r.finish_reason = o.finish_reason;
+        ++done;
+      }
+    }
+  }
+  return results;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = counters_;
+  s.num_running = int(scheduler_.num_running());
+  s.num_waiting = int(scheduler_.num_waiting());
+  s.kv_blocks_total = pool_.n_blocks();
+  s.kv_blocks_used = pool_.n_held();
+  s.prefix_query_tokens = pool_.query_tokens;
+  s.prefix_hit_tokens = pool_.hit_tokens;
+  for (const auto& [id, l] : live_) s.num_preemptions += l.seq->num_preemptions;
+  return s;
+}
+
+}  // namespace osprey

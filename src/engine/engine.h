@@ -1,0 +1,127 @@
+// The engine: requests in, a stream of model steps, outputs out.
+//   step(): Scheduler::schedule → StepInputs::build → DeepseekModel::forward (logits of the
+//   sampled rows only) → Sampler::sample → Scheduler::commit → text deltas and stop strings.
+// Engine is single-threaded (it owns all model state); AsyncEngine runs it on its own thread
+// behind a submission queue and per-request output streams (engine/async_engine.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/step_inputs.h"
+#include "engine/text_decoder.h"
+#include "kv/block_pool.h"
+#include "kv/paged_cache.h"
+#include "model/deepseek.h"
+
+namespace osprey {
+
+struct EngineConfig {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;           // 0: the model's max_position_embeddings
+  int64_t num_blocks = 0;          // 0: from kv_cache_bytes
+  int64_t kv_cache_bytes = int64_t(256) << 20;
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;               // seeds for requests that bring none (0: random)
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+struct RequestOutput {
+  uint64_t id = 0;
+  std::vector<int32_t> new_tokens;     // generated since the previous output of this request
+  std::vector<TokenLogprob> logprobs;  // one per new token, when the request asked
+  std::string text;                    // text delta (with a decoder)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  std::string stop_string;  // the stop string that ended it, if one did
+  int32_t stop_token = -1;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prompt_tokens_total = 0;      // prompt tokens computed (not served from the cache)
+  int64_t generation_tokens_total = 0;
+  int64_t num_preemptions = 0;
+  int64_t steps = 0;
+  double last_step_seconds = 0;
+};
+
+class Engine {
+ public:
+  Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders = {});
+
+  // Checks a request without queuing it; throws osprey::Error with the reason (prompt empty or
+  // longer than max_model_len, token ids outside the vocabulary, invalid sampling values).
+  void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // Queues a request under `id` (unique among live requests). Throws like validate().
+  void add_request(uint64_t id, std::vector<int32_t> prompt, SamplingParams params);
+  // Ends a request now (its final output is returned by the next step()).
+  void abort(uint64_t id);
+  bool has_unfinished() const { return !live_.empty(); }
+  // One model step (or none if nothing can run); the outputs of every request that advanced.
+  std::vector<RequestOutput> step();
+
+  struct Result {
+    std::vector<int32_t> tokens;
+    std::string text;
+    FinishReason finish_reason = FinishReason::None;
+  };
+  // Offline: runs the prompts together to completion; results in input order.
+  std::vector<Result> generate(const std::vector<std::vector<int32_t>>& prompts,
+                               const std::vector<SamplingParams>& params);
+
+  EngineStats stats() const;
+  const BlockPool& block_pool() const { return pool_; }
+  const ModelConfig& model_config() const { return model_.config(); }
+  int max_model_len() const { return sched_cfg_.max_model_len; }
+
+ private:
+  struct Live {
+    std::unique_ptr<Sequence> seq;
+    std::unique_ptr<TextDecoder> decoder;
+    std::string text;      // decoded output text so far (cut at a stop string)
+    size_t emitted = 0;    // bytes of text already returned
+    size_t max_stop = 0;   // longest stop string
+    RequestOutput pending;
+  };
+  void on_token(Live& l, const SampleResult* r, int32_t token);
+  bool check_stop_strings(Live& l);
+  RequestOutput take_output(Live& l);
+
+  const DeepseekModel& model_;
+  SchedulerConfig sched_cfg_;
+  BlockPool pool_;
+  PagedKVCache cache_;
+  Scheduler scheduler_;
+  StepInputs inputs_;
+  Sampler sampler_;
+  TextDecoderFactory decoders_;
+  std::mt19937_64 seed_rng_;
+  uint64_t arrivals_ = 0;
+  std::map<uint64_t, Live> live_;
+  std::vector<uint64_t> aborted_;
+  EngineStats counters_;
+};
+
+}  // namespace osprey

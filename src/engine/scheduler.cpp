@@ -1,0 +1,182 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace osprey {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {
+  OSPREY_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.block_size > 0,
+               "scheduler budgets must be positive");
+}
+
+void Scheduler::add(Sequence* seq) {
+  seq->status = SeqStatus::Waiting;
+  waiting_.push_back(seq);
+}
+
+bool Scheduler::grow(Sequence* s, int tokens) {
+  const int need = blocks_needed(tokens) - int(s->blocks.size());
+  if (need <= 0) return true;
+  if (!pool_.can_allocate(need)) return false;
+  for (int i = 0; i < need; ++i) s->blocks.push_back(pool_.allocate());
+  return true;
+}
+
+void Scheduler::remove_running(Sequence* s) {
+  running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
+}
+
+void Scheduler::preempt(Sequence* s) {
+  pool_.release(s->blocks);
+  s->blocks.clear();
+  s->hashes.clear();
+  s->num_computed = 0;
+  ++s->blocks_epoch;
+  ++s->num_preemptions;
+  s->status = SeqStatus::Waiting;
+  remove_running(s);
+  waiting_.push_front(s);
+}
+
+void Scheduler::admit_prefix(Sequence* s) {
+  if (!cfg_.enable_prefix_caching || !s->blocks.empty()) return;
+  const int bs = cfg_.block_size;
+  const int max_blocks = (s->num_tokens() - 1) / bs;  // leave a token to compute for the logits
+  std::vector<int32_t> toks(static_cast<size_t>(bs));
+  BlockHash parent = 0;
+  for (int i = 0; i < max_blocks; ++i) {
+    for (int j = 0; j < bs; ++j) toks[size_t(j)] = s->token(i * bs + j);
+    const BlockHash h = hash_block(parent, toks);
+    const auto b = pool_.lookup(h);
+    if (!b) break;
+    pool_.acquire_cached(*b);
+    s->blocks.push_back(*b);
+    s->hashes.push_back(h);
+    parent = h;
+  }
+  s->num_computed = int(s->blocks.size()) * bs;
+  s->num_prefix_hit_tokens = s->num_computed;
+  pool_.query_tokens += s->num_tokens();
+  pool_.hit_tokens += s->num_computed;
+}
+
+void Scheduler::cache_full_blocks(Sequence* s) {
+  if (!cfg_.enable_prefix_caching) return;
+  const int bs = cfg_.block_size;
+  std::vector<int32_t> toks(static_cast<size_t>(bs));
+  for (size_t i = s->hashes.size(); int(i + 1) * bs <= s->num_computed; ++i) {
+    for (int j = 0; j < bs; ++j) toks[size_t(j)] = s->token(int(i) * bs + j);
+    const BlockHash h = hash_block(i ? s->hashes[i - 1] : 0, toks);
+    pool_.register_cached(s->blocks[i], h);
+    s->hashes.push_back(h);
+  }
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  int budget = cfg_.max_num_batched_tokens;
+  auto add = [&](Sequence* s, int n) {
+    const bool sample = s->num_computed + n == s->num_tokens();
+    plan.seqs.push_back({s, s->num_computed, n, sample});
+    plan.num_tokens += n;
+    plan.num_sampled += sample;
+    budget -= n;
+  };
+
+  // 1. Running sequences: decodes first, then prefill chunks, each group in admission order.
+  std::vector<Sequence*> order = running_;
+  std::stable_partition(order.begin(), order.end(),
+                        [](Sequence* s) { return s->num_tokens() - s->num_computed == 1; });
+  std::vector<Sequence*> scheduled;
+  bool preempted = false;
+  for (Sequence* s : order) {
+    if (s->status != SeqStatus::Running) continue;  // preempted earlier in this loop
+    if (budget <= 0) break;
+    const int n = std::min(s->num_tokens() - s->num_computed, budget);
+    if (n <= 0) continue;
+    while (!grow(s, s->num_computed + n)) {
+      // Preempt the most recently admitted running sequence not yet scheduled (possibly s).
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+        if (std::find(scheduled.begin(), scheduled.end(), *it) == scheduled.end()) {
+          victim = *it;
+          break;
+        }
+      OSPREY_CHECK(victim, "nothing to preempt");
+      preempt(victim);
+      preempted = true;
+      if (victim == s) break;
+    }
+    if (s->status != SeqStatus::Running) continue;
+    add(s, n);
+    scheduled.push_back(s);
+  }
+
+  // 2. Waiting sequences, FCFS, while there is room (not in a step that had to preempt).
+  while (!preempted && !waiting_.empty() && budget > 0 &&
+         int(running_.size()) < cfg_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    admit_prefix(s);
+    const int n = std::min(s->num_tokens() - s->num_computed, budget);
+    if (!grow(s, s->num_computed + n)) {
+      pool_.release(s->blocks);  // give back the prefix blocks; try again next step
+      s->blocks.clear();
+      s->hashes.clear();
+      s->num_computed = 0;
+      break;
+    }
+    waiting_.pop_front();
+    s->status = SeqStatus::Running;
+    running_.push_back(s);
+    add(s, n);
+  }
+  return plan;
+}
+
+std::vector<Sequence*> Scheduler::commit(const StepPlan& plan, const std::vector<int32_t>& sampled) {
+  OSPREY_CHECK(int(sampled.size()) == plan.num_sampled, "sampled ", sampled.size(), " tokens for ",
+               plan.num_sampled, " rows");
+  std::vector<Sequence*> done;
+  size_t k = 0;
+  for (const ScheduledSeq& e : plan.seqs) {
+    Sequence* s = e.seq;
+    const int32_t tok = e.sample ? sampled[k++] : -1;
+    if (s->finished()) continue;  // aborted while the step ran
+    s->num_computed = e.start + e.num_tokens;
+    cache_full_blocks(s);
+    if (!e.sample) continue;
+    s->output.push_back(tok);
+    const SamplingParams& p = s->params;
+    FinishReason r = FinishReason::None;
+    if (!p.ignore_eos && tok == cfg_.eos_token_id) {
+      r = FinishReason::Stop;
+    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) !=
+               p.stop_token_ids.end()) {
+      r = FinishReason::Stop;
+    }
+    if (r == FinishReason::Stop) s->stop_token = tok;
+    if (r == FinishReason::None &&
+        (int(s->output.size()) >= p.max_tokens || s->num_tokens() >= cfg_.max_model_len))
+      r = FinishReason::Length;
+    if (r != FinishReason::None) {
+      finish(s, r);
+      done.push_back(s);
+    }
+  }
+  return done;
+}
+
+void Scheduler::finish(Sequence* s, FinishReason reason) {
+  if (s->finished()) return;
+  if (s->status == SeqStatus::Running) remove_running(s);
+  else waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
+  pool_.release(s->blocks);
+  s->blocks.clear();
+  ++s->blocks_epoch;
+  s->status = SeqStatus::Finished;
+  s->finish = reason;
+}
+
+}  // namespace osprey

@@ -1,0 +1,76 @@
+// The scheduler: what runs in the next model step. Pure bookkeeping (no backend code).
+//
+// Each step, under a token budget (max_num_batched_tokens) and max_num_seqs:
+//   1. running sequences, decodes first, then unfinished prefill chunks, each taking
+//      min(remaining tokens, budget) — long prompts are prefilled in chunks across steps;
+//   2. waiting sequences in arrival order (FCFS: the first that does not fit stops admission),
+//      first reusing cached prefix blocks.
+// When a running sequence needs a block and none is left, the most recently arrived running
+// sequence is preempted by recompute: its blocks are released and it goes back to the front of the
+// waiting queue with its generated tokens kept, to be prefilled again (mostly from the prefix
+// cache) when room returns.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace osprey {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int block_size = 64;
+  int max_model_len = 4096;
+  bool enable_prefix_caching = true;
+  int eos_token_id = -1;
+};
+
+struct ScheduledSeq {
+  Sequence* seq;
+  int start;       // first token position computed this step
+  int num_tokens;  // tokens computed this step
+  bool sample;     // the chunk reaches the end of the known tokens: sample the next one
+};
+
+struct StepPlan {
+  std::vector<ScheduledSeq> seqs;  // decodes first, then prefills
+  int num_tokens = 0;
+  int num_sampled = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
+
+  void add(Sequence* seq);
+  StepPlan schedule();
+  // After the step ran: the computed tokens enter the cache (full blocks become reusable
+  // prefixes); sampled tokens are appended and stop conditions checked. `sampled` holds one token
+  // per plan entry with sample == true, in plan order. Returns the sequences that finished.
+  std::vector<Sequence*> commit(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // Ends a sequence wherever it is (abort, a stop string): its blocks are released.
+  void finish(Sequence* seq, FinishReason reason);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  const SchedulerConfig& config() const { return cfg_; }
+
+ private:
+  int blocks_needed(int tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
+  bool grow(Sequence* s, int tokens);  // allocate blocks to hold `tokens`; false if none left
+  void preempt(Sequence* s);
+  void admit_prefix(Sequence* s);     // reuse cached blocks for a leading run of full blocks
+  void cache_full_blocks(Sequence* s);
+  void remove_running(Sequence* s);
+
+  SchedulerConfig cfg_;
+  BlockPool& pool_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order
+};
+
+}  // namespace osprey
