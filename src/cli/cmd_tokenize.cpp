@@ -114,8 +114,7 @@ void run_tokenize(const TokenizeArgs& args) {
 void register_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize",
-      "Encode each line of stdin to a JSON array of token ids (--decode: the reverse)");
+      "tokenize", "Encode each line of stdin to a JSON array of token ids (--decode: the reverse)");
   cmd->add_option("--tokenizer", args->tokenizer_path,
                   "tokenizer.json, or a model folder that contains it")
       ->required();

@@ -27,8 +27,12 @@ size_t code_point_start_before(std::string_view text, size_t end) {
   return start;
 }
 
-bool is_word_char(char32_t cp) { return cp == '_' || u_isalnum(static_cast<UChar32>(cp)); }
-bool is_space(char32_t cp) { return u_isUWhiteSpace(static_cast<UChar32>(cp)); }
+bool is_word_char(char32_t cp) {
+  return cp == '_' || u_isalnum(static_cast<UChar32>(cp));
+}
+bool is_space(char32_t cp) {
+  return u_isUWhiteSpace(static_cast<UChar32>(cp));
+}
 
 }  // namespace
 
@@ -93,8 +97,8 @@ void AddedVocabulary::split(std::string_view text, Stage stage, std::vector<Segm
     int32_t node = 0, found = -1;
     size_t found_end = 0;
     for (size_t j = i; j < text.size(); ++j) {
-      auto it = t.children.find(static_cast<uint64_t>(node) * 256 +
-                                static_cast<unsigned char>(text[j]));
+      auto it =
+          t.children.find(static_cast<uint64_t>(node) * 256 + static_cast<unsigned char>(text[j]));
       if (it == t.children.end()) break;
       node = it->second;
       if (t.nodes[node] >= 0) {

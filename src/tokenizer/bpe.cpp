@@ -28,12 +28,14 @@ BpeModel::BpeModel(const json& model) {
   }
   if (!is_empty_string_or_null(model, "continuing_subword_prefix") ||
       !is_empty_string_or_null(model, "end_of_word_suffix")) {
-    fail("BPE continuing_subword_prefix / end_of_word_suffix are not supported (byte-level BPE "
-         "tokenizers leave them empty)");
+    fail(
+        "BPE continuing_subword_prefix / end_of_word_suffix are not supported (byte-level BPE "
+        "tokenizers leave them empty)");
   }
   if (model.value("byte_fallback", false)) {
-    fail("BPE byte_fallback is not supported (it belongs to SentencePiece-style tokenizers, not "
-         "byte-level BPE)");
+    fail(
+        "BPE byte_fallback is not supported (it belongs to SentencePiece-style tokenizers, not "
+        "byte-level BPE)");
   }
   if (model.contains("dropout") && model.at("dropout").is_number() &&
       model.at("dropout").get<double>() > 0.0) {
@@ -102,16 +104,15 @@ BpeModel::BpeModel(const json& model) {
       fail("model.merges[", rank, "] must be \"a b\" or [\"a\", \"b\"]");
     }
     const std::string where = left + " " + right;
-    const TokenId merged = lookup(left + right, where);
-    merges_.insert(lookup(left, where), lookup(right, where),
-                   {static_cast<uint32_t>(rank), merged});
+    const TokenId left_id = lookup(left, where), right_id = lookup(right, where);
+    merges_.insert(left_id, right_id, {static_cast<uint32_t>(rank), lookup(left + right, where)});
   }
 }
 
 std::optional<std::string_view> BpeModel::token_bytes(TokenId id) const {
   if (id < 0 || id >= id_limit() || !has_token_[id]) return std::nullopt;
-  return std::string_view(token_data_).substr(token_offsets_[id],
-                                              token_offsets_[id + 1] - token_offsets_[id]);
+  return std::string_view(token_data_)
+      .substr(token_offsets_[id], token_offsets_[id + 1] - token_offsets_[id]);
 }
 
 std::optional<TokenId> BpeModel::bytes_to_id(std::string_view bytes) const {
@@ -186,7 +187,8 @@ void BpeModel::merge_linear(std::vector<TokenId>& symbols,
   if (symbols.size() < 2) return;
   // pairs[i]: the merge of (symbols[i], symbols[i + 1]).
   pairs.resize(symbols.size() - 1);
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) pairs[i] = merges_.find(symbols[i], symbols[i + 1]);
+  for (size_t i = 0; i + 1 < symbols.size(); ++i)
+    pairs[i] = merges_.find(symbols[i], symbols[i + 1]);
   while (!pairs.empty()) {
     uint32_t best = MergeTable::kNoRank;
     size_t at = 0;

@@ -31,7 +31,9 @@ const Tables& tables() {
 
 }  // namespace
 
-char32_t byte_to_unicode(unsigned char b) { return tables().to_unicode[b]; }
+char32_t byte_to_unicode(unsigned char b) {
+  return tables().to_unicode[b];
+}
 
 std::optional<unsigned char> unicode_to_byte(char32_t cp) {
   if (cp >= tables().to_byte.size() || tables().to_byte[cp] < 0) return std::nullopt;

@@ -87,9 +87,6 @@ std::vector<ChatMessage> parse_chat_messages(const json& messages) {
       if (!m.at("content").is_string()) fail("chat message ", i, ": \"content\" must be a string");
       msg.content = m.at("content").get<std::string>();
     }
-    if (m.contains("reasoning_content") && m.at("reasoning_content").is_string()) {
-      msg.reasoning = m.at("reasoning_content").get<std::string>();
-    }
     out.push_back(std::move(msg));
   }
   return out;
@@ -101,10 +98,7 @@ ChatEncoder::ChatEncoder(const Tokenizer& tokenizer, ChatFormat format)
   require(kUser);
   require(kAssistant);
   require(kEndOfSentence);
-  if (format_ == ChatFormat::kDeepSeekV31) {
-    require(kThink);
-    require(kEndThink);
-  }
+  // <think> and </think> are added tokens from V3.1 on; with an older tokenizer they are text.
 }
 
 void ChatEncoder::require(std::string_view token) const {
@@ -150,33 +144,45 @@ std::vector<ChatEncoder::Part> ChatEncoder::parts(std::span<const ChatMessage> m
     text(m.content);
     first_system = false;
   }
-  size_t last_user = messages.size();
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].role == "user") last_user = i;
+  if (format_ == ChatFormat::kDeepSeekV3) {
+    for (const ChatMessage& m : messages) {
+      if (m.role == "user") {
+        token(kUser);
+        text(m.content);
+      } else if (m.role == "assistant") {
+        token(kAssistant);
+        text(m.content);
+        token(kEndOfSentence);
+      }
+    }
+    if (options.add_generation_prompt) token(kAssistant);
+    return out;
   }
-  const bool v31 = format_ == ChatFormat::kDeepSeekV31;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
+  // deepseek-v3.1: the assistant tag (with </think>) opens only an answer to a user turn; the
+  // reasoning part of an earlier answer (up to the first </think>) is dropped.
+  bool after_user = false;
+  for (const ChatMessage& m : messages) {
     if (m.role == "user") {
       token(kUser);
       text(m.content);
+      after_user = true;
     } else if (m.role == "assistant") {
-      token(kAssistant);
-      if (v31) {
-        const bool after_last_user = last_user < messages.size() && i > last_user;
-        if (options.thinking && after_last_user) {
-          token(kThink);
-          text(m.reasoning);
-        }
+      if (after_user) {
+        token(kAssistant);
         token(kEndThink);
       }
-      text(m.content);
+      after_user = false;
+      std::string_view content = m.content;
+      if (const size_t end = content.find(kEndThink); end != std::string_view::npos) {
+        content.remove_prefix(end + kEndThink.size());
+      }
+      text(content);
       token(kEndOfSentence);
     }
   }
-  if (options.add_generation_prompt) {
+  if (options.add_generation_prompt && after_user) {
     token(kAssistant);
-    if (v31) token(options.thinking ? kThink : kEndThink);
+    token(options.thinking ? kThink : kEndThink);
   }
   return out;
 }
@@ -190,14 +196,22 @@ std::string ChatEncoder::render(std::span<const ChatMessage> messages,
 
 std::vector<TokenId> ChatEncoder::encode(std::span<const ChatMessage> messages,
                                          const ChatOptions& options) const {
+  // Text between two special tokens is encoded as one string, exactly as when the rendered
+  // prompt is tokenized whole (a message boundary is no pre-tokenizer boundary).
   std::vector<TokenId> ids;
+  std::string pending;
   for (const Part& p : parts(messages, options)) {
-    if (p.kind == Part::Kind::kToken) {
-      ids.push_back(tokenizer_.added_vocabulary().find(p.text)->id);
-    } else {
-      tokenizer_.encode_into(p.text, ids);
+    const AddedToken* token =
+        p.kind == Part::Kind::kToken ? tokenizer_.added_vocabulary().find(p.text) : nullptr;
+    if (token == nullptr) {
+      pending += p.text;
+      continue;
     }
+    tokenizer_.encode_into(pending, ids);
+    pending.clear();
+    ids.push_back(token->id);
   }
+  tokenizer_.encode_into(pending, ids);
   return ids;
 }
 

@@ -1,20 +1,24 @@
 // Chat encoding, written natively (no template engine) for the formats osprey serves:
 //
-//   deepseek-v3   (V3, R1)   <bos>{system}<｜User｜>{user}<｜Assistant｜>{answer}<｜end▁of▁sentence｜>…
+//   deepseek-v3   (V3, R1)
+//   <bos>{system}<｜User｜>{user}<｜Assistant｜>{answer}<｜end▁of▁sentence｜>…
 //                            generation prompt: <｜Assistant｜>
 //   deepseek-v3.1 (V3.1, V3.2: the thinking switch)
 //                            <bos>{system}<｜User｜>{user}<｜Assistant｜></think>{answer}<eos>…
-//                            generation prompt: <｜Assistant｜><think> when thinking, else
-//                            <｜Assistant｜></think>. An assistant turn after the last user turn
-//                            in thinking mode keeps its reasoning: <think>{reasoning}</think>.
+//                            generation prompt (after a user turn): <｜Assistant｜><think> when
+//                            thinking, else <｜Assistant｜></think>. An earlier answer loses the
+//                            reasoning before its first </think>; an assistant message that does
+//                            not follow a user turn gets no tag. (As DeepSeek-V3.1's template;
+//                            V3.2's encoding script gives the same for these roles.)
 //   simple    (models that bring no format)
 //                            <bos>System: {system}\n\nUser: {user}\n\nAssistant: {answer}<eos>\n\n
 //                            generation prompt: Assistant:
 //
 // System messages are gathered and joined with "\n\n" at the start (as DeepSeek's templates do).
 // Special tokens are looked up by their text in the tokenizer's added tokens; the ids are never
-// written here. Text in messages is encoded like any text (added-token text inside it is
-// recognised, as when a rendered template is tokenized), so encode(messages) equals
+// written here. (<think> / </think> are encoded as text by a tokenizer that lacks them, as the
+// original V3 tokenizer does.) Text in messages is encoded like any text (added-token text inside
+// it is recognised, as when a rendered template is tokenized), so encode(messages) equals
 // tokenizer.encode(render(messages)).
 #pragma once
 
@@ -39,7 +43,6 @@ std::string_view chat_format_name(ChatFormat format);
 struct ChatMessage {
   std::string role;  // system | user | assistant
   std::string content;
-  std::string reasoning;  // assistant only; used by deepseek-v3.1 in thinking mode
 };
 
 struct ChatOptions {
@@ -55,7 +58,7 @@ ChatFormat detect_chat_format(const std::filesystem::path& model_dir, const Toke
 ChatFormat detect_chat_format(const nlohmann::json& model_config,
                               const nlohmann::json& tokenizer_config, const Tokenizer& tokenizer);
 
-// Parses [{"role": ..., "content": ..., "reasoning_content": ...}, ...]; throws osprey::Error.
+// Parses [{"role": ..., "content": ...}, ...]; throws osprey::Error.
 std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& messages);
 
 class ChatEncoder {

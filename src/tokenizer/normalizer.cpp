@@ -104,8 +104,10 @@ class StripNormalizer : public Normalizer {
   void normalize(std::string& text) const override {
     auto is_space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
     size_t b = 0, e = text.size();
-    if (left_) while (b < e && is_space(text[b])) ++b;
-    if (right_) while (e > b && is_space(text[e - 1])) --e;
+    if (left_)
+      while (b < e && is_space(text[b])) ++b;
+    if (right_)
+      while (e > b && is_space(text[e - 1])) --e;
     text = text.substr(b, e - b);
   }
 
@@ -117,8 +119,8 @@ class ReplaceNormalizer : public Normalizer {
  public:
   ReplaceNormalizer(const json& pattern, std::string content) : content_(std::move(content)) {
     if (pattern.contains("String")) {
-      regex_ = std::make_unique<Regex>(pattern.at("String").get<std::string>(),
-                                       Regex::Syntax::kLiteral);
+      regex_ =
+          std::make_unique<Regex>(pattern.at("String").get<std::string>(), Regex::Syntax::kLiteral);
     } else if (pattern.contains("Regex")) {
       regex_ = std::make_unique<Regex>(pattern.at("Regex").get<std::string>());
     } else {

@@ -25,8 +25,9 @@ SplitBehavior parse_behavior(const std::string& name) {
 PreTokenizer::PreTokenizer(const json& config) {
   if (!config.is_null()) add_steps(config);
   if (!has_byte_level_) {
-    fail("the tokenizer has no ByteLevel pre-tokenizer: osprey loads byte-level BPE tokenizers "
-         "(GPT-2, Llama 3, DeepSeek-V3, Qwen style)");
+    fail(
+        "the tokenizer has no ByteLevel pre-tokenizer: osprey loads byte-level BPE tokenizers "
+        "(GPT-2, Llama 3, DeepSeek-V3, Qwen style)");
   }
 }
 
@@ -50,8 +51,8 @@ void PreTokenizer::add_steps(const json& config) {
     if (pattern.contains("Regex")) {
       regex = std::make_unique<Regex>(pattern.at("Regex").get<std::string>());
     } else if (pattern.contains("String")) {
-      regex = std::make_unique<Regex>(pattern.at("String").get<std::string>(),
-                                      Regex::Syntax::kLiteral);
+      regex =
+          std::make_unique<Regex>(pattern.at("String").get<std::string>(), Regex::Syntax::kLiteral);
     } else {
       fail("Split pre-tokenizer: pattern must have a \"Regex\" or \"String\" field");
     }

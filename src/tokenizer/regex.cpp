@@ -74,12 +74,13 @@ struct Regex::Code {
 };
 
 Regex::Regex(std::string_view pattern, Syntax syntax) : pattern_(pattern), code_(new Code) {
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+  uint32_t options = PCRE2_UTF | PCRE2_NO_UTF_CHECK;
   std::string compiled;
   if (syntax == Syntax::kLiteral) {
-    options |= PCRE2_LITERAL;
+    options |= PCRE2_LITERAL;  // (PCRE2_UCP is not allowed with it, and not needed)
     compiled = pattern_;
   } else {
+    options |= PCRE2_UCP;
     compiled = rewrite_whitespace_classes(pattern_);
   }
   int error = 0;
@@ -122,12 +123,11 @@ Regex::Matcher::~Matcher() = default;
 bool Regex::Matcher::find(std::string_view subject, size_t start, size_t& begin, size_t& end) {
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
   while (start < subject.size()) {
-    const int rc =
-        regex_.code_->jit
-            ? pcre2_jit_match(regex_.code_->code, data, subject.size(), start, 0,
-                              state_->match_data, state_->context)
-            : pcre2_match(regex_.code_->code, data, subject.size(), start, PCRE2_NO_UTF_CHECK,
-                          state_->match_data, state_->context);
+    const int rc = regex_.code_->jit
+                       ? pcre2_jit_match(regex_.code_->code, data, subject.size(), start, 0,
+                                         state_->match_data, state_->context)
+                       : pcre2_match(regex_.code_->code, data, subject.size(), start,
+                                     PCRE2_NO_UTF_CHECK, state_->match_data, state_->context);
     if (rc == PCRE2_ERROR_NOMATCH) return false;
     if (rc < 0) {
       fail("matching the tokenizer regular expression '", regex_.pattern_,

@@ -113,7 +113,9 @@ bool Tokenizer::is_known(TokenId id) const {
   return id >= 0 && id < id_limit() && impl_->decode_kind[id] != 0;
 }
 
-bool Tokenizer::is_special(TokenId id) const { return is_known(id) && impl_->decode_kind[id] == 3; }
+bool Tokenizer::is_special(TokenId id) const {
+  return is_known(id) && impl_->decode_kind[id] == 3;
+}
 
 std::string_view Tokenizer::token_bytes(TokenId id) const {
   if (!is_known(id)) {
@@ -150,10 +152,20 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
 TokenId Tokenizer::id_limit() const {
   return static_cast<TokenId>(impl_->decode_kind.size());
 }
-std::optional<TokenId> Tokenizer::bos_id() const { return impl_->bos_id; }
-std::optional<TokenId> Tokenizer::eos_id() const { return impl_->eos_id; }
-const std::string& Tokenizer::bos_token() const { return impl_->bos_token; }
-const std::string& Tokenizer::eos_token() const { return impl_->eos_token; }
-const AddedVocabulary& Tokenizer::added_vocabulary() const { return impl_->added; }
+std::optional<TokenId> Tokenizer::bos_id() const {
+  return impl_->bos_id;
+}
+std::optional<TokenId> Tokenizer::eos_id() const {
+  return impl_->eos_id;
+}
+const std::string& Tokenizer::bos_token() const {
+  return impl_->bos_token;
+}
+const std::string& Tokenizer::eos_token() const {
+  return impl_->eos_token;
+}
+const AddedVocabulary& Tokenizer::added_vocabulary() const {
+  return impl_->added;
+}
 
 }  // namespace osprey::tokenizer

@@ -117,9 +117,9 @@ Tokenizer Tokenizer::load(const fs::path& path) {
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
                                std::string_view tokenizer_config_json) {
   const json root = parse_json(tokenizer_json, "tokenizer.json");
-  const json config =
-      tokenizer_config_json.empty() ? json::object() : parse_json(tokenizer_config_json,
-                                                                  "tokenizer_config.json");
+  const json config = tokenizer_config_json.empty()
+                          ? json::object()
+                          : parse_json(tokenizer_config_json, "tokenizer_config.json");
   if (!root.is_object()) fail("tokenizer.json must hold a JSON object");
   if (!config.is_object()) fail("tokenizer_config.json must hold a JSON object");
   auto impl = std::make_unique<Impl>();
@@ -129,8 +129,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json,
     impl->pre_tokenizer = std::make_unique<PreTokenizer>(root.value("pre_tokenizer", json()));
     impl->model = std::make_unique<BpeModel>(root.at("model"));
     check_decoder(root.value("decoder", json()));
-    impl->added = AddedVocabulary(root.value("added_tokens", json::array()),
-                                  impl->normalizer.get());
+    impl->added =
+        AddedVocabulary(root.value("added_tokens", json::array()), impl->normalizer.get());
     impl->build_decode_table();
   } catch (const json::exception& e) {
     fail("tokenizer.json is malformed: ", e.what());

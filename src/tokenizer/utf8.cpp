@@ -3,7 +3,9 @@
 namespace osprey::tokenizer {
 namespace {
 
-bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+bool is_continuation(unsigned char c) {
+  return (c & 0xC0) == 0x80;
+}
 
 // The range allowed for the second byte of a sequence led by `lead` (RFC 3629, table 3-7 of the
 // Unicode standard); the third and fourth bytes are always 80..BF.
