@@ -81,10 +81,18 @@ BpeModel::BpeModel(const json& model) {
   const json& merges = model.at("merges");
   if (!merges.is_array()) fail("model.merges must be an array");
   merges_.reserve(merges.size());
+  // Token text -> id, hashed (the JSON object is an ordered tree: slow for 3 lookups per merge).
+  std::unordered_map<std::string_view, TokenId> text_to_id;
+  text_to_id.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    text_to_id.emplace(it.key(), it.value().get<TokenId>());
+  }
   auto lookup = [&](const std::string& token, const std::string& where) {
-    auto it = vocab.find(token);
-    if (it == vocab.end()) fail("model.merges: '", where, "' uses '", token, "', not in the vocab");
-    return it->get<TokenId>();
+    auto it = text_to_id.find(token);
+    if (it == text_to_id.end()) {
+      fail("model.merges: '", where, "' uses '", token, "', not in the vocab");
+    }
+    return it->second;
   };
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
