@@ -1,23 +1,30 @@
-// osprey generate: greedy decoding from token ids on the CPU.
+// osprey generate: a prompt in, text streamed out (the engine on the CPU, with the model's
+// tokenizer and chat format); or token ids in, greedy token ids out (--tokens).
 #include <chrono>
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/model_paths.h"
 #include "core/error.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "engine/tokenizer_decoder.h"
 #include "model/greedy.h"
 
 namespace osprey::cli {
 namespace {
 
 struct Args {
-  std::string model, tokens;
-  int max_tokens = 16;
-  bool ignore_eos = false;
+  std::string model, tokens, prompt, system, chat_format = "auto";
+  bool raw = false, thinking = false, ignore_eos = false;
+  int max_tokens = 64;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
+  int64_t seed = -1;
 };
 
-void run(const Args& a) {
-  if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
-  auto m = load_model_cpu(a.model);
+void run_tokens(const Args& a, const std::string& dir) {
+  auto m = load_model_cpu(dir);
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   GreedyOptions o;
   o.max_new_tokens = a.max_tokens;
@@ -31,12 +38,75 @@ void run(const Args& a) {
   std::fprintf(stderr, "%zu prompt + %zu generated tokens in %.3f s\n", ids.size(), out.size(), s);
 }
 
+void run_prompt(const Args& a, const std::string& dir) {
+  ModelBundleOptions bo;
+  bo.chat_format = a.chat_format;
+  ModelBundle b = load_model_bundle(dir, bo);
+  std::vector<int32_t> prompt;
+  if (a.raw) {
+    prompt = b.encode_text(a.prompt);
+  } else {
+    std::vector<tokenizer::ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", a.prompt});
+    tokenizer::ChatOptions co;
+    co.thinking = a.thinking;
+    prompt = b.encode_chat(msgs, co);
+  }
+  SamplingParams p;
+  p.temperature = a.temperature;
+  p.top_p = a.top_p;
+  p.top_k = a.top_k;
+  p.max_tokens = a.max_tokens;
+  p.ignore_eos = a.ignore_eos;
+  if (a.seed >= 0) p.seed = uint64_t(a.seed);
+  EngineConfig ec;
+  ec.max_num_seqs = 1;
+  ec.max_model_len = int(std::min<int64_t>(b.model->config().max_position_embeddings,
+                                           int64_t(prompt.size()) + a.max_tokens + 1));
+  ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+  Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
+  const auto t0 = std::chrono::steady_clock::now();
+  e.add_request(1, prompt, p);
+  RequestOutput last;
+  while (e.has_unfinished())
+    for (RequestOutput& o : e.step()) {
+      std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+      std::fflush(stdout);
+      last = o;
+    }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%s: %zu prompt tokens, %d generated in %.3f s, finish: %s]\n", dir.c_str(),
+               prompt.size(), last.completion_tokens, s, finish_reason_name(last.finish_reason));
+}
+
+void run(const Args& a) {
+  if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
+  if (a.tokens.empty() == a.prompt.empty()) fail("generate needs exactly one of --prompt or --tokens");
+  const std::string dir = resolve_model_dir(a.model);
+  if (!a.tokens.empty())
+    run_tokens(a, dir);
+  else
+    run_prompt(a, dir);
+}
+
 void register_cmd(CLI::App& app) {
   auto args = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand("generate", "greedy decoding from token ids (CPU)");
-  sub->add_option("--model", args->model, "model folder")->required();
-  sub->add_option("--tokens", args->tokens, "comma-separated prompt token ids")->required();
-  sub->add_option("--max-tokens", args->max_tokens, "tokens to generate");
+  CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt (CPU)");
+  sub->add_option("--model", args->model, "model folder (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--prompt", args->prompt, "the user message (chat-formatted unless --raw)");
+  sub->add_option("--tokens", args->tokens, "comma-separated prompt token ids: greedy ids out");
+  sub->add_option("--system", args->system, "a system message");
+  sub->add_option("--chat-format", args->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple");
+  sub->add_flag("--raw", args->raw, "encode the prompt as plain text, no chat format");
+  sub->add_flag("--thinking", args->thinking, "thinking mode (deepseek-v3.1 format)");
+  sub->add_option("--max-tokens", args->max_tokens, "tokens to generate (default 64)");
+  sub->add_option("--temperature", args->temperature, "0 = greedy (default)");
+  sub->add_option("--top-p", args->top_p, "nucleus sampling");
+  sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
+  sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
   sub->callback([args] { run(*args); });
 }
