@@ -7,6 +7,7 @@
 //     x is quantized by quantize_act_kernel per 1×128 group: s = amax/448, q = e4m3(x / s), scales
 //     stored [in/128, n] (n contiguous, cuBLASLt's VEC128 layout); then cuBLASLt's block-scaled FP8
 //     matmul (A scale mode BLK128x128_32F, B scale mode VEC128_32F, Hopper only).
+//     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this mode.
 //     If cuBLASLt refuses that mode (no algorithm), or in % 128 != 0, the fallback dequantizes W to
 //     BF16 (dequant_kernel) and runs the BF16 GEMM. last_fp8_gemm_path() says which ran.
 // x, y: F32 or BF16.
@@ -22,6 +23,7 @@ bool g_allow_block_scaled = true;
 const char* g_last_path = "none";
 
 constexpr int kGroupsPerBlock = 8;  // warps per block in quantize_act_kernel
+constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP8 matmul accepts
 
 template <typename T>
 __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __restrict__ scales,
@@ -90,25 +92,36 @@ void matmul_into(Tensor y, int64_t m, int64_t n, int64_t k, const LtOperand& a, 
 bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   const int64_t in = w.in(), out = w.out();
   if (!g_allow_block_scaled || in % kFp8BlockSize != 0) return false;
-  auto* q = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n * in)));
+  // cuBLASLt's block-scaled mode refuses token counts that are not a multiple of 16 (seen on the
+  // H200 with n = 5, 37): pad the quantized rows with zeros (scale 1) and drop the padded outputs.
+  const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
+  auto* q = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n_pad * in)));
   const int64_t n_groups = in / kFp8BlockSize;
-  auto* s = static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n) * sizeof(float)));
+  auto* s = static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
+  if (n_pad != n) {
+    OSPREY_CUDA_CHECK(cudaMemsetAsync(q + n * in, 0, size_t((n_pad - n) * in), stream()));
+    OSPREY_CUDA_CHECK(cudaMemsetAsync(s, 0, size_t(n_groups * n_pad) * sizeof(float), stream()));
+  }
   OSPREY_DISPATCH_FLOAT(x.dtype, T, {
     const dim3 grid(unsigned(n), unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
     quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
-        q, s, static_cast<const T*>(x.data), n, in);
+        q, s, static_cast<const T*>(x.data), n_pad, in);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
   LtOperand a{w.weight.data, CUDA_R_8F_E4M3, true, in, 0, w.scale_inv.f32(),
               int(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)};
   LtOperand b{q, CUDA_R_8F_E4M3, false, in, 0, s, int(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)};
-  if (lt_matmul(out, n, in, a, b, y.data, lt_type(y.dtype), out, 0, 1)) return true;
-  if (y.dtype == DType::BF16) return false;
-  // F32 output refused: try BF16 output, then widen.
-  void* tmp = scratch(kScratchGemmY, size_t(out * n) * sizeof(bf16));
-  if (!lt_matmul(out, n, in, a, b, tmp, CUDA_R_16BF, out, 0, 1)) return false;
-  convert(y.data, y.dtype, tmp, DType::BF16, out * n);
-  return true;
+  // D is y itself when no padding is needed, else a scratch [n_pad, out] whose first n rows are y.
+  for (DType d_type : {y.dtype, DType::BF16}) {
+    if (d_type != y.dtype && y.dtype == DType::BF16) break;
+    void* d = (n_pad == n && d_type == y.dtype)
+                  ? y.data
+                  : scratch(kScratchGemmY, size_t(out * n_pad) * dtype_size(d_type));
+    if (!lt_matmul(out, n_pad, in, a, b, d, lt_type(d_type), out, 0, 1)) continue;
+    if (d != y.data) convert(y.data, y.dtype, d, d_type, out * n);
+    return true;
+  }
+  return false;
 }
 }  // namespace
 
