@@ -1,4 +1,5 @@
-// Backend dispatch: each ops:: entry runs the twin for the device of its output tensor.
+// Backend dispatch: each ops:: entry runs the twin for the device of its output tensor (the CPU
+// twins in ops/cpu/, the CUDA twins in ops/cuda/ when built with OSPREY_WITH_CUDA).
 // The forward pass is written once against these entries.
 #include "core/error.h"
 #include "ops/activation.h"
@@ -12,18 +13,29 @@
 
 namespace osprey::ops {
 
+#ifndef OSPREY_WITH_CUDA
 namespace {
 [[noreturn]] void no_cuda(const char* op) {
   fail("op ", op, " was given CUDA tensors, but this build has no CUDA backend");
 }
 }  // namespace
+#endif
 
+#ifdef OSPREY_WITH_CUDA
+#define OSPREY_DISPATCH(op, dev, ...)  \
+  do {                                 \
+    if ((dev) == Device::CPU)          \
+      return cpu::op(__VA_ARGS__);     \
+    return cuda::op(__VA_ARGS__);      \
+  } while (0)
+#else
 #define OSPREY_DISPATCH(op, dev, ...)  \
   do {                                 \
     if ((dev) == Device::CPU)          \
       return cpu::op(__VA_ARGS__);     \
     no_cuda(#op);                      \
   } while (0)
+#endif
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) { OSPREY_DISPATCH(linear, y.device, y, x, w); }
 void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {

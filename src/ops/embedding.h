@@ -9,4 +9,8 @@ void embedding(Tensor out, Tensor ids, Tensor table);
 namespace cpu {
 void embedding(Tensor out, Tensor ids, Tensor table);
 }
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void embedding(Tensor out, Tensor ids, Tensor table);
+}  // namespace cuda
 }  // namespace osprey::ops

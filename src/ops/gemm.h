@@ -24,5 +24,14 @@ void linear(Tensor y, Tensor x, const LinearWeight& w);
 // Dequantizes any supported weight to F32 rows [out, in] (the CPU backend's resident form).
 void dequantize(Tensor out_f32, const LinearWeight& w);
 }  // namespace cpu
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void linear(Tensor y, Tensor x, const LinearWeight& w);
+// FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces
+// the dequantize + BF16 fallback), and which path the last FP8 linear took:
+// "cublasLt-fp8-blockscaled" or "dequant-bf16".
+void set_fp8_block_scaled(bool allow);
+const char* last_fp8_gemm_path();
+}  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

@@ -21,4 +21,10 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
 }  // namespace cpu
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
+void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
+                  const AttentionMeta& m, float scale);
+}  // namespace cuda
 }  // namespace osprey::ops

@@ -43,4 +43,15 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
 void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
                             Tensor topk_indices, float scale);
 }  // namespace cpu
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
+void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
+void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
+void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
+void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
+                            Tensor topk_indices, float scale);
+void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
+                            Tensor topk_indices, float scale);
+}  // namespace cuda
 }  // namespace osprey::ops

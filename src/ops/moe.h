@@ -52,5 +52,12 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                  const std::vector<MlpWeights>& experts);
 }  // namespace cpu
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
+               const RouterParams& p);
+void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
+                 const std::vector<MlpWeights>& experts);
+}  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

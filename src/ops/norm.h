@@ -15,4 +15,10 @@ void rms_norm(Tensor out, Tensor x, Tensor w, float eps);
 void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps);
 void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps);
 }  // namespace cpu
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void rms_norm(Tensor out, Tensor x, Tensor w, float eps);
+void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps);
+void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps);
+}  // namespace cuda
 }  // namespace osprey::ops

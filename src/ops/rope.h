@@ -26,5 +26,10 @@ namespace cpu {
 void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
           float attention_factor, bool interleaved);
 }
+// The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
+namespace cuda {
+void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
+          float attention_factor, bool interleaved);
+}  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

@@ -1,0 +1,51 @@
+// DeviceBuffer: owning GPU memory (cudaMalloc; never managed memory), from which Tensor views with
+// device CUDA are taken, and the copies between host and device tensors.
+// Only built with the CUDA backend (OSPREY_WITH_CUDA); this header needs no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace osprey {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DType dtype, Shape shape);  // uninitialised contents
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  Tensor view() const { return Tensor{data_, dtype_, shape_, Device::CUDA}; }
+  operator Tensor() const { return view(); }
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return shape_numel(shape_); }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_ = DType::F32;
+  Shape shape_;
+};
+
+namespace cuda {
+// Number of CUDA devices usable by this process (0 when there is no GPU or no driver).
+int device_count();
+// Copies between tensors of equal dtype and element count; each side's device says where it lives.
+// Synchronous with respect to the host.
+void copy(Tensor dst, Tensor src);
+// Fills a device tensor's bytes with `byte` (tests poison outputs with 0xff: NaN in F32 and BF16).
+void fill_bytes(Tensor t, int byte);
+void synchronize();  // waits for the device; fails with the CUDA error if a kernel faulted
+// A device copy of a host tensor.
+DeviceBuffer to_device(Tensor host);
+// A host copy of a device tensor.
+Buffer to_host(Tensor dev);
+}  // namespace cuda
+
+}  // namespace osprey

@@ -1,0 +1,176 @@
+// CUDA linear layers: y [n, out] = x [n, in] · Wᵀ, W [out, in] row-major, through cuBLASLt.
+// In cuBLASLt's column-major terms: yᵀ [out, n] = op_T(W) · xᵀ, so A = W (transposed, ld = in),
+// B = x (ld = in), D = y (ld = out): no copies or transposes.
+//   W F32:  F32 GEMM (x converted to F32 if BF16).
+//   W BF16: BF16 GEMM, F32 accumulation (x converted to BF16 if F32).
+//   W F8_E4M3 + scale_inv [ceil(out/128), ceil(in/128)] F32 (DeepSeek's 128×128 block scales):
+//     x is quantized by quantize_act_kernel per 1×128 group: s = amax/448, q = e4m3(x / s), scales
+//     stored [in/128, n] (n contiguous, cuBLASLt's VEC128 layout); then cuBLASLt's block-scaled FP8
+//     matmul (A scale mode BLK128x128_32F, B scale mode VEC128_32F, Hopper only).
+//     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this mode.
+//     If cuBLASLt refuses that mode (no algorithm), or in % 128 != 0, the fallback dequantizes W to
+//     BF16 (dequant_kernel) and runs the BF16 GEMM. last_fp8_gemm_path() says which ran.
+// x, y: F32 or BF16.
+// Grids: quantize_act_kernel [n, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values a
+// lane); dequant_kernel grid-stride over W's elements.
+#include "ops/cuda/common.cuh"
+#include "ops/gemm.h"
+
+namespace osprey::ops::cuda {
+
+namespace {
+bool g_allow_block_scaled = true;
+const char* g_last_path = "none";
+
+constexpr int kGroupsPerBlock = 8;  // warps per block in quantize_act_kernel
+constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP8 matmul accepts
+
+template <typename T>
+__global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __restrict__ scales,
+                                    const T* __restrict__ x, int64_t n, int64_t in) {
+  const int64_t row = blockIdx.x;
+  const int64_t g = int64_t(blockIdx.y) * kGroupsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  const int64_t n_groups = (in + kFp8BlockSize - 1) / kFp8BlockSize;
+  if (g >= n_groups) return;
+  float v[4];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t c = g * kFp8BlockSize + i * 32 + lane;
+    v[i] = c < in ? to_f32(x[row * in + c]) : 0.0f;
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t c = g * kFp8BlockSize + i * 32 + lane;
+    if (c < in) q[row * in + c] = __nv_fp8_e4m3(v[i] / s);  // saturating (satfinite) conversion
+  }
+  if (lane == 0) scales[g * n + row] = s;
+}
+
+__global__ void dequant_kernel(bf16* __restrict__ out, const __nv_fp8_e4m3* __restrict__ w,
+                               const float* __restrict__ scale_inv, int64_t rows, int64_t cols) {
+  const int64_t cb = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    out[i] = __float2bfloat16_rn(float(w[i]) * scale_inv[(r / kFp8BlockSize) * cb + c / kFp8BlockSize]);
+  }
+}
+
+cudaDataType_t lt_type(DType d) {
+  switch (d) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F8_E4M3: return CUDA_R_8F_E4M3;
+    default: OSPREY_CHECK(false, "no cuBLASLt type for ", dtype_name(d));
+  }
+  return CUDA_R_32F;
+}
+
+// x in dtype `want` (converted into scratch when it differs).
+const void* x_as(Tensor x, DType want) {
+  if (x.dtype == want) return x.data;
+  void* buf = scratch(kScratchGemmX, size_t(x.numel()) * dtype_size(want));
+  convert(buf, want, x.data, x.dtype, x.numel());
+  return buf;
+}
+
+// D = op(A)·B into y, trying y's dtype directly, else F32 scratch + conversion.
+void matmul_into(Tensor y, int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b) {
+  if (lt_matmul(m, n, k, a, b, y.data, lt_type(y.dtype), m, 0, 1)) return;
+  OSPREY_CHECK(y.dtype != DType::F32, "cuBLASLt has no algorithm for linear [", n, ", ", k, "] x [",
+               m, ", ", k, "]ᵀ");
+  void* tmp = scratch(kScratchGemmY, size_t(m * n) * sizeof(float));
+  OSPREY_CHECK(lt_matmul(m, n, k, a, b, tmp, CUDA_R_32F, m, 0, 1), "cuBLASLt has no algorithm");
+  convert(y.data, y.dtype, tmp, DType::F32, m * n);
+}
+
+bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
+  const int64_t in = w.in(), out = w.out();
+  if (!g_allow_block_scaled || in % kFp8BlockSize != 0) return false;
+  // cuBLASLt's block-scaled mode refuses token counts that are not a multiple of 16 (seen on the
+  // H200 with n = 5, 37): pad the quantized rows with zeros (scale 1) and drop the padded outputs.
+  const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
+  auto* q = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n_pad * in)));
+  const int64_t n_groups = in / kFp8BlockSize;
+  auto* s = static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
+  if (n_pad != n) {
+    OSPREY_CUDA_CHECK(cudaMemsetAsync(q + n * in, 0, size_t((n_pad - n) * in), stream()));
+    OSPREY_CUDA_CHECK(cudaMemsetAsync(s, 0, size_t(n_groups * n_pad) * sizeof(float), stream()));
+  }
+  OSPREY_DISPATCH_FLOAT(x.dtype, T, {
+    const dim3 grid(unsigned(n), unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
+    quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
+        q, s, static_cast<const T*>(x.data), n_pad, in);
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+  LtOperand a{w.weight.data, CUDA_R_8F_E4M3, true, in, 0, w.scale_inv.f32(),
+              int(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)};
+  LtOperand b{q, CUDA_R_8F_E4M3, false, in, 0, s, int(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)};
+  // D is y itself when no padding is needed, else a scratch [n_pad, out] whose first n rows are y.
+  for (DType d_type : {y.dtype, DType::BF16}) {
+    if (d_type != y.dtype && y.dtype == DType::BF16) break;
+    void* d = (n_pad == n && d_type == y.dtype)
+                  ? y.data
+                  : scratch(kScratchGemmY, size_t(out * n_pad) * dtype_size(d_type));
+    if (!lt_matmul(out, n_pad, in, a, b, d, lt_type(d_type), out, 0, 1)) continue;
+    if (d != y.data) convert(y.data, y.dtype, d, d_type, out * n);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+void set_fp8_block_scaled(bool allow) { g_allow_block_scaled = allow; }
+const char* last_fp8_gemm_path() { return g_last_path; }
+
+void linear(Tensor y, Tensor x, const LinearWeight& w) {
+  check_device(x, "linear", "x");
+  check_device(w.weight, "linear", "weight");
+  const int64_t in = w.in(), out = w.out();
+  const int64_t n = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  OSPREY_CHECK(x.size(-1) == in && y.numel() == n * out && is_f32_or_bf16(x.dtype) &&
+                   is_f32_or_bf16(y.dtype),
+               "linear: x ", shape_str(x.shape), " W ", shape_str(w.weight.shape), " y ",
+               shape_str(y.shape));
+  if (n == 0) return;
+  switch (w.weight.dtype) {
+    case DType::F32:
+    case DType::BF16: {
+      const DType t = w.weight.dtype;
+      LtOperand a{w.weight.data, lt_type(t), true, in};
+      LtOperand b{x_as(x, t), lt_type(t), false, in};
+      matmul_into(y, out, n, in, a, b);
+      return;
+    }
+    case DType::F8_E4M3: {
+      const int64_t rb = (out + kFp8BlockSize - 1) / kFp8BlockSize;
+      const int64_t cb = (in + kFp8BlockSize - 1) / kFp8BlockSize;
+      OSPREY_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.shape == Shape({rb, cb}) &&
+                       w.scale_inv.device == Device::CUDA,
+                   "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
+                   "]");
+      if (fp8_block_scaled(y, x, w, n)) {
+        g_last_path = "cublasLt-fp8-blockscaled";
+        return;
+      }
+      auto* wb = static_cast<bf16*>(scratch(kScratchGemmW, size_t(out * in) * sizeof(bf16)));
+      dequant_kernel<<<int(std::min<int64_t>((out * in + 255) / 256, 65536)), 256, 0, stream()>>>(
+          wb, w.weight.ptr<__nv_fp8_e4m3>(), w.scale_inv.f32(), out, in);
+      OSPREY_CUDA_LAUNCH_CHECK();
+      LtOperand a{wb, CUDA_R_16BF, true, in};
+      LtOperand b{x_as(x, DType::BF16), CUDA_R_16BF, false, in};
+      matmul_into(y, out, n, in, a, b);
+      g_last_path = "dequant-bf16";
+      return;
+    }
+    default:
+      OSPREY_CHECK(false, "linear: unsupported weight dtype on CUDA ", dtype_name(w.weight.dtype));
+  }
+}
+
+}  // namespace osprey::ops::cuda

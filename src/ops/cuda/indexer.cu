@@ -1,0 +1,199 @@
+// CUDA lightning indexer (contract in ops/indexer.h).
+//   indexer_cache_write: index_cache[slot_mapping[t]] = k[t]; grid [n_tokens] × 128 threads.
+//   indexer_topk, two kernels:
+//   1. indexer_score_kernel: I[t, j] = Σ_h w[t, h] · relu(scale · q[t, h]·k_j) for j ≤ p into an F32
+//      scratch [n_tokens, max_blocks · block_size]. Grid [n_tokens, ceil(max_len / 64)], 256 threads:
+//      q[t] (IH × ID, F32) and a tile of 64 keys (rows padded to ID + 1 floats: no bank conflicts)
+//      in shared memory; thread (j = tid % 64, head group tid / 64) sums IH/4 heads, then the four
+//      groups are added. IH = 64, ID = 128 (V3.2) are compile-time.
+//   2. indexer_topk_kernel: per token (grid [n_tokens], 1024 threads), a 4-pass 8-bit radix select
+//      over the order-preserving integer keys of the scores finds the k-th largest key T and how many
+//      ties at T to take; an ordered block-scan compaction then writes the positions with key > T
+//      and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
+// Dtypes: q, index_cache F32 or BF16; weights F32; k F32 or BF16.
+#include <cub/block/block_scan.cuh>
+
+#include "ops/cuda/common.cuh"
+#include "ops/indexer.h"
+
+namespace osprey::ops::cuda {
+
+namespace {
+constexpr int kIH = 64, kID = 128;
+constexpr int kScoreTile = 64;     // key positions per block
+constexpr int kScoreThreads = 256; // 4 head groups × 64 positions
+constexpr int kTopkThreads = 1024;
+
+template <typename Tc, typename Tk>
+__global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots, int d) {
+  const int64_t t = blockIdx.x;
+  for (int c = threadIdx.x; c < d; c += blockDim.x)
+    cache[slots[t] * d + c] = from_f32<Tc>(to_f32(k[t * d + c]));
+}
+
+template <typename Tq, typename Tc>
+__global__ void __launch_bounds__(kScoreThreads)
+    indexer_score_kernel(float* __restrict__ scores, int64_t ld, const Tq* __restrict__ q,
+                         const float* __restrict__ weights, const Tc* __restrict__ cache,
+                         const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
+                         const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
+                         int n_seqs, float scale) {
+  extern __shared__ float smem[];
+  float* qs = smem;                        // [kIH][kID]
+  float* ks = smem + kIH * kID;            // [kScoreTile][kID + 1]
+  float* part = ks + kScoreTile * (kID + 1);  // [4][kScoreTile]
+  const int t = blockIdx.x;
+  const int64_t base = int64_t(blockIdx.y) * kScoreTile;
+  const int64_t p = positions[t];
+  if (base > p) return;
+  const int s = seq_of_token(qsl, n_seqs, t);
+  for (int e = threadIdx.x; e < kIH * kID; e += blockDim.x) qs[e] = to_f32(q[int64_t(t) * kIH * kID + e]);
+  for (int e = threadIdx.x; e < kScoreTile * kID; e += blockDim.x) {
+    const int r = e / kID, c = e % kID;
+    const int64_t j = base + r;
+    float val = 0.0f;
+    if (j <= p) {
+      const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
+      val = to_f32(cache[row * kID + c]);
+    }
+    ks[r * (kID + 1) + c] = val;
+  }
+  __syncthreads();
+  const int pj = threadIdx.x % kScoreTile, hg = threadIdx.x / kScoreTile;
+  const float* kr = ks + pj * (kID + 1);
+  float acc = 0.0f;
+  for (int h = hg; h < kIH; h += kScoreThreads / kScoreTile) {
+    const float* qh = qs + h * kID;
+    float dot = 0.0f;
+#pragma unroll 16
+    for (int d = 0; d < kID; ++d) dot += qh[d] * kr[d];
+    acc += weights[int64_t(t) * kIH + h] * fmaxf(dot * scale, 0.0f);
+  }
+  part[hg * kScoreTile + pj] = acc;
+  __syncthreads();
+  if (threadIdx.x < kScoreTile) {
+    const int64_t j = base + threadIdx.x;
+    float sum = 0.0f;
+    for (int g = 0; g < kScoreThreads / kScoreTile; ++g) sum += part[g * kScoreTile + threadIdx.x];
+    if (j <= p) scores[int64_t(t) * ld + j] = sum;
+  }
+}
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    indexer_topk_kernel(int32_t* __restrict__ out, int k, const float* __restrict__ scores,
+                        int64_t ld, const int32_t* __restrict__ positions) {
+  using Scan = cub::BlockScan<uint32_t, kTopkThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix, s_remaining;
+  const int t = blockIdx.x;
+  const int64_t n = int64_t(positions[t]) + 1;
+  int32_t* o = out + int64_t(t) * k;
+  const float* sc = scores + int64_t(t) * ld;
+  if (n <= k) {
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) o[i] = i < n ? int32_t(i) : -1;
+    return;
+  }
+  uint32_t prefix = 0, mask = 0, remaining = uint32_t(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      const uint32_t key = order_key(sc[j]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t cum = 0;
+      for (int b = 255; b >= 0; --b) {
+        if (cum + hist[b] >= remaining) {
+          s_prefix = prefix | (uint32_t(b) << shift);
+          s_remaining = remaining - cum;
+          break;
+        }
+        cum += hist[b];
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    remaining = s_remaining;
+    mask |= 255u << shift;
+  }
+  const uint32_t threshold = prefix, need_eq = remaining;  // take all keys > T, the first need_eq == T
+  uint32_t run_gt = 0, run_eq = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    uint32_t gt = 0, eq = 0;
+    if (j < n) {
+      const uint32_t key = order_key(sc[j]);
+      gt = key > threshold;
+      eq = key == threshold;
+    }
+    uint32_t pre, total;
+    Scan(scan_tmp).ExclusiveSum(gt | (eq << 16), pre, total);
+    const uint32_t eq_before = run_eq + (pre >> 16);
+    const uint32_t slot = run_gt + (pre & 0xffffu) + min(eq_before, need_eq);
+    if (gt || (eq && eq_before < need_eq)) o[slot] = int32_t(j);
+    run_gt += total & 0xffffu;
+    run_eq += total >> 16;
+    __syncthreads();  // scan_tmp is reused
+  }
+}
+}  // namespace
+
+void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
+  check_device(index_cache, "indexer_cache_write", "index_cache");
+  check_device(k, "indexer_cache_write", "k");
+  check_device(m.slot_mapping, "indexer_cache_write", "slot_mapping");
+  const int64_t d = k.size(-1);
+  OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width");
+  if (m.n_tokens == 0) return;
+  OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
+    index_write_kernel<Tc, Tk><<<m.n_tokens, 128, 0, stream()>>>(
+        static_cast<Tc*>(index_cache.data), static_cast<const Tk*>(k.data),
+        m.slot_mapping.ptr<int64_t>(), int(d));
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
+                  const AttentionMeta& m, float scale) {
+  check_device(q, "indexer_topk", "q");
+  check_device(weights, "indexer_topk", "weights");
+  check_device(index_cache, "indexer_topk", "index_cache");
+  const int64_t topk = topk_indices.size(1);
+  OSPREY_CHECK(q.size(1) == kIH && q.size(2) == kID && weights.size(1) == kIH &&
+                   weights.dtype == DType::F32 && index_cache.size(-1) == kID &&
+                   topk_indices.size(0) == m.n_tokens && topk_indices.dtype == DType::I32,
+               "indexer shapes (CUDA: 64 heads × 128, F32 weights)");
+  if (m.n_tokens == 0) return;
+  const int64_t max_len = m.block_table.size(1) * m.block_size;
+  auto* scores = static_cast<float*>(
+      scratch(kScratchIndexScores, size_t(m.n_tokens * max_len) * sizeof(float)));
+  const size_t smem = (size_t(kIH) * kID + size_t(kScoreTile) * (kID + 1) + 4 * kScoreTile) * sizeof(float);
+  const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
+  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, {
+    static bool configured = false;
+    if (!configured) {
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel<Tq, Tc>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      configured = true;
+    }
+    indexer_score_kernel<Tq, Tc><<<grid, kScoreThreads, smem, stream()>>>(
+        scores, max_len, static_cast<const Tq*>(q.data), weights.f32(),
+        static_cast<const Tc*>(index_cache.data), m.query_start_loc.ptr<int32_t>(),
+        m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
+        m.block_size, m.n_seqs, scale);
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+  indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
+      topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace osprey::ops::cuda

@@ -1,0 +1,375 @@
+// CUDA multi-head latent attention (contracts in ops/mla.h).
+//
+// mla_absorb_q / mla_unabsorb_out: strided-batched cuBLASLt GEMMs, batch = heads, F32 accumulation.
+//   absorb:   q_abs[:, h, :kv_lora] = q[:, h, :nope] · W_UK_h   (W_UK_h = kv_b rows h·(nope+v) ..+nope)
+//             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
+//   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
+//   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
+// mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16.
+//   Grids: write [n_tokens] × 128 threads; gather [Σ seq_lens] × 128 threads (binary search of the
+//   row's sequence in the device cumsum of seq_lens).
+// mla_attention_absorbed (decode; any query over the paged cache), split-KV flash decoding:
+//   Each token's attended list (dense: 0..p; sparse: the topk row's valid entries ≤ p) is cut into
+//   n_splits chunks. mla_decode_kernel: grid [n_tokens, H/8, n_splits], 8 warps = 8 heads per
+//   block; a tile of kTile cache rows (576 wide, F32 in shared memory) is loaded once per block and
+//   read by every head; per warp an online softmax (running max m, sum l) and a 512-wide F32
+//   accumulator (16 values a lane). Partials (unnormalised o, m, l) go to scratch, then
+//   mla_combine_kernel (grid [n_tokens·H], 128 threads) merges them: o = Σ e^{m_s−M} o_s / Σ e^{m_s−M} l_s.
+//   Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, cache, out: F32 or BF16.
+// mla_attention_expanded (prefill, causal, variable length): grid [n_tokens, H/8], a warp per head
+//   walks its attended positions with an online softmax; K, V [Σ seq_lens, H, 192 | 128] F32/BF16.
+#include <algorithm>
+
+#include "ops/cuda/common.cuh"
+#include "ops/mla.h"
+
+namespace osprey::ops::cuda {
+
+namespace {
+constexpr int kLat = 512, kRope = 64, kWidth = kLat + kRope;  // latent cache row
+constexpr int kHeadsPerBlock = 8;
+constexpr int kTile = 16;             // cache rows per shared-memory tile
+constexpr int64_t kMinChunk = 256;    // attended positions per split, at least
+constexpr int64_t kMaxSplits = 128;
+constexpr size_t kMaxPartialBytes = size_t(1) << 30;
+constexpr int kQk = 192, kV = 128;    // expanded attention head dims (nope 128 + rope 64, v 128)
+
+cudaDataType_t lt_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+const void* as_dtype(Tensor x, DType want, ScratchSlot slot) {
+  if (x.dtype == want) return x.data;
+  void* buf = scratch(slot, size_t(x.numel()) * dtype_size(want));
+  convert(buf, want, x.data, x.dtype, x.numel());
+  return buf;
+}
+
+template <typename To, typename Ti>
+__global__ void copy_rope_kernel(To* q_abs, const Ti* q, int64_t rows, int qk, int nope, int width,
+                                 int kv_lora) {
+  const int rope = qk - nope;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * rope;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / rope;
+    const int c = int(i % rope);
+    q_abs[r * width + kv_lora + c] = from_f32<To>(to_f32(q[r * qk + nope + c]));
+  }
+}
+
+__device__ __forceinline__ int64_t cache_row(const int32_t* block_table, int64_t max_blocks,
+                                             int block_size, int s, int64_t j) {
+  return int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
+}
+
+template <typename Tc, typename Ti>
+__global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
+                                   const int64_t* __restrict__ slots, int kv_lora, int rope) {
+  const int64_t t = blockIdx.x;
+  Tc* dst = cache + slots[t] * (kv_lora + rope);
+  for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
+    dst[c] = from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
+}
+
+__global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
+  int64_t acc = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    starts[s] = acc;
+    acc += seq_lens[s];
+  }
+  starts[n_seqs] = acc;
+}
+
+int64_t* kv_starts(const AttentionMeta& m) {
+  auto* starts = static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
+  cumsum_kernel<<<1, 1, 0, stream()>>>(starts, m.seq_lens.ptr<int32_t>(), m.n_seqs);
+  OSPREY_CUDA_LAUNCH_CHECK();
+  return starts;
+}
+
+__device__ __forceinline__ int seq_of_row(const int64_t* starts, int n_seqs, int64_t row) {
+  int lo = 0, hi = n_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= row) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+template <typename To, typename Tc>
+__global__ void cache_gather_kernel(To* out, const Tc* cache, const int64_t* starts, int n_seqs,
+                                    const int32_t* block_table, int64_t max_blocks, int block_size,
+                                    int width) {
+  const int64_t row = blockIdx.x;
+  const int s = seq_of_row(starts, n_seqs, row);
+  const int64_t src = cache_row(block_table, max_blocks, block_size, s, row - starts[s]);
+  for (int c = threadIdx.x; c < width; c += blockDim.x)
+    out[row * width + c] = from_f32<To>(to_f32(cache[src * width + c]));
+}
+
+template <typename Tq, typename Tc>
+__global__ void __launch_bounds__(kHeadsPerBlock * 32)
+    mla_decode_kernel(float* __restrict__ part_o, float2* __restrict__ part_ml, const Tq* __restrict__ q,
+                      const Tc* __restrict__ cache, const int32_t* __restrict__ qsl,
+                      const int32_t* __restrict__ positions, const int32_t* __restrict__ block_table,
+                      int64_t max_blocks, int block_size, int n_seqs, const int32_t* __restrict__ topk,
+                      int64_t topk_k, int64_t H, int64_t chunk, float scale) {
+  extern __shared__ float tile[];  // [kTile][kWidth]
+  __shared__ int64_t rows[kTile];
+  const int t = blockIdx.x, split = blockIdx.z, n_splits = gridDim.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
+  const int s = seq_of_token(qsl, n_seqs, t);
+  const int64_t p = positions[t];
+  const int64_t len = topk ? topk_k : p + 1;
+  const int64_t i0 = int64_t(split) * chunk, i1 = min(len, i0 + chunk);
+
+  float qv[kWidth / 32];
+#pragma unroll
+  for (int i = 0; i < kWidth / 32; ++i) qv[i] = to_f32(q[(t * H + h) * kWidth + lane + 32 * i]) * scale;
+  float acc[kLat / 32];
+#pragma unroll
+  for (int i = 0; i < kLat / 32; ++i) acc[i] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+
+  for (int64_t base = i0; base < i1; base += kTile) {
+    __syncthreads();
+    if (threadIdx.x < kTile) {
+      const int64_t i = base + threadIdx.x;
+      int64_t j = -1;
+      if (i < i1) j = topk ? int64_t(topk[int64_t(t) * topk_k + i]) : i;
+      rows[threadIdx.x] = (j >= 0 && j <= p) ? cache_row(block_table, max_blocks, block_size, s, j) : -1;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kTile * kWidth; e += blockDim.x) {
+      const int r = e / kWidth, c = e % kWidth;
+      const int64_t row = rows[r];
+      tile[e] = row >= 0 ? to_f32(cache[row * kWidth + c]) : 0.0f;
+    }
+    __syncthreads();
+    for (int r = 0; r < kTile; ++r) {
+      if (rows[r] < 0) continue;
+      const float* kr = tile + r * kWidth;
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kWidth / 32; ++i) dot += qv[i] * kr[lane + 32 * i];
+      dot = warp_sum(dot);
+      const float m_new = fmaxf(m, dot);
+      const float corr = expf(m - m_new), pj = expf(dot - m_new);
+      l = l * corr + pj;
+#pragma unroll
+      for (int i = 0; i < kLat / 32; ++i) acc[i] = acc[i] * corr + pj * kr[lane + 32 * i];
+      m = m_new;
+    }
+  }
+  const int64_t part = (int64_t(t) * H + h) * n_splits + split;
+#pragma unroll
+  for (int i = 0; i < kLat / 32; ++i) part_o[part * kLat + lane + 32 * i] = acc[i];
+  if (lane == 0) part_ml[part] = make_float2(m, l);
+}
+
+template <typename To>
+__global__ void mla_combine_kernel(To* __restrict__ out, const float* __restrict__ part_o,
+                                   const float2* __restrict__ part_ml, int n_splits) {
+  const int64_t th = blockIdx.x;  // token · H + head
+  const float2* ml = part_ml + th * n_splits;
+  float M = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ml[s].x);
+  float L = 0.0f;
+  float o[kLat / 128] = {};
+  for (int s = 0; s < n_splits; ++s) {
+    if (ml[s].x == -INFINITY) continue;
+    const float w = expf(ml[s].x - M);
+    L += w * ml[s].y;
+#pragma unroll
+    for (int i = 0; i < kLat / 128; ++i) o[i] += w * part_o[(th * n_splits + s) * kLat + threadIdx.x + 128 * i];
+  }
+#pragma unroll
+  for (int i = 0; i < kLat / 128; ++i) out[th * kLat + threadIdx.x + 128 * i] = from_f32<To>(o[i] / L);
+}
+
+template <typename Tq, typename Tk, typename To>
+__global__ void __launch_bounds__(kHeadsPerBlock * 32)
+    mla_prefill_kernel(To* __restrict__ out, const Tq* __restrict__ q, const Tk* __restrict__ k,
+                       const Tk* __restrict__ v, const int64_t* __restrict__ starts,
+                       const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
+                       int n_seqs, const int32_t* __restrict__ topk, int64_t topk_k, int64_t H,
+                       float scale) {
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
+  const int s = seq_of_token(qsl, n_seqs, t);
+  const int64_t p = positions[t], kv0 = starts[s];
+  const int64_t len = topk ? topk_k : p + 1;
+  float qv[kQk / 32];
+#pragma unroll
+  for (int i = 0; i < kQk / 32; ++i) qv[i] = to_f32(q[(t * H + h) * kQk + lane + 32 * i]) * scale;
+  float acc[kV / 32] = {};
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t i = 0; i < len; ++i) {
+    const int64_t j = topk ? int64_t(topk[int64_t(t) * topk_k + i]) : i;
+    if (j < 0 || j > p) continue;
+    const Tk* kr = k + ((kv0 + j) * H + h) * kQk;
+    const Tk* vr = v + ((kv0 + j) * H + h) * kV;
+    float dot = 0.0f;
+#pragma unroll
+    for (int d = 0; d < kQk / 32; ++d) dot += qv[d] * to_f32(kr[lane + 32 * d]);
+    float vv[kV / 32];
+#pragma unroll
+    for (int d = 0; d < kV / 32; ++d) vv[d] = to_f32(vr[lane + 32 * d]);
+    dot = warp_sum(dot);
+    const float m_new = fmaxf(m, dot);
+    const float corr = expf(m - m_new), pj = expf(dot - m_new);
+    l = l * corr + pj;
+#pragma unroll
+    for (int d = 0; d < kV / 32; ++d) acc[d] = acc[d] * corr + pj * vv[d];
+    m = m_new;
+  }
+#pragma unroll
+  for (int d = 0; d < kV / 32; ++d) out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
+}
+
+void check_meta(const AttentionMeta& m, const char* op) {
+  check_device(m.query_start_loc, op, "query_start_loc");
+  check_device(m.positions, op, "positions");
+  check_device(m.seq_lens, op, "seq_lens");
+}
+}  // namespace
+
+void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
+  check_device(q, "mla_absorb_q", "q");
+  check_device(kv_b, "mla_absorb_q", "kv_b");
+  const int64_t n = q.size(0), H = q.size(1), qk = q.size(2), rope = qk - nope;
+  const int64_t kv_lora = kv_b.size(1), width = q_abs.size(2);
+  OSPREY_CHECK(width == kv_lora + rope && kv_b.size(0) == H * (nope + v) && q_abs.size(0) == n &&
+                   q_abs.size(1) == H && is_f32_or_bf16(kv_b.dtype) && is_f32_or_bf16(q.dtype) &&
+                   (q_abs.dtype == DType::F32 || kv_b.dtype == DType::BF16),
+               "mla_absorb_q shapes/dtypes");
+  if (n == 0) return;
+  LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
+  LtOperand b{as_dtype(q, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * qk, qk};
+  OSPREY_CHECK(lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width,
+                         int(H)),
+               "cuBLASLt refused the batched absorb GEMM");
+  OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
+    copy_rope_kernel<To, Ti><<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
+        static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
+        int(width), int(kv_lora));
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
+  check_device(o_lat, "mla_unabsorb_out", "o_lat");
+  check_device(kv_b, "mla_unabsorb_out", "kv_b");
+  const int64_t n = o_lat.size(0), H = o_lat.size(1), kv_lora = o_lat.size(2), v = out.size(2);
+  OSPREY_CHECK(kv_b.size(0) == H * (nope + v) && kv_b.size(1) == kv_lora &&
+                   is_f32_or_bf16(kv_b.dtype) && is_f32_or_bf16(o_lat.dtype) &&
+                   (out.dtype == DType::F32 || kv_b.dtype == DType::BF16),
+               "mla_unabsorb shapes/dtypes");
+  if (n == 0) return;
+  const int64_t esz = int64_t(dtype_size(kv_b.dtype));
+  LtOperand a{static_cast<const char*>(kv_b.data) + nope * kv_lora * esz, lt_type(kv_b.dtype), true,
+              kv_lora, (nope + v) * kv_lora};
+  LtOperand b{as_dtype(o_lat, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * kv_lora,
+              kv_lora};
+  OSPREY_CHECK(lt_matmul(v, n, kv_lora, a, b, out.data, lt_type(out.dtype), H * v, v, int(H)),
+               "cuBLASLt refused the batched unabsorb GEMM");
+}
+
+void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m) {
+  check_device(latent, "mla_cache_write", "latent");
+  check_device(k_pe, "mla_cache_write", "k_pe");
+  check_device(m.slot_mapping, "mla_cache_write", "slot_mapping");
+  const int64_t kv_lora = latent.size(-1), rope = k_pe.size(-1), width = latent_cache.size(-1);
+  OSPREY_CHECK(width == kv_lora + rope && latent.dtype == k_pe.dtype, "latent cache width ", width);
+  if (m.n_tokens == 0) return;
+  OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
+    cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
+        static_cast<Tc*>(latent_cache.data), static_cast<const Ti*>(latent.data),
+        static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope));
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
+  check_device(latent_cache, "mla_cache_gather", "latent_cache");
+  check_meta(m, "mla_cache_gather");
+  const int64_t width = latent_cache.size(-1), rows = out.size(0);
+  OSPREY_CHECK(out.size(-1) == width, "gather width");
+  if (rows == 0) return;
+  const int64_t* starts = kv_starts(m);
+  OSPREY_DISPATCH_FLOAT(out.dtype, To, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
+    cache_gather_kernel<To, Tc><<<unsigned(rows), 128, 0, stream()>>>(
+        static_cast<To*>(out.data), static_cast<const Tc*>(latent_cache.data), starts, m.n_seqs,
+        m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, int(width));
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  check_device(q, "mla_attention_absorbed", "q");
+  check_device(latent_cache, "mla_attention_absorbed", "latent_cache");
+  check_meta(m, "mla_attention_absorbed");
+  const int64_t H = q.size(1);
+  OSPREY_CHECK(q.size(2) == kWidth && latent_cache.size(-1) == kWidth && out.size(2) == kLat &&
+                   out.size(0) == m.n_tokens && out.size(1) == H && H % kHeadsPerBlock == 0,
+               "absorbed MLA shapes (CUDA: kv_lora 512 + rope 64, heads a multiple of 8)");
+  if (m.n_tokens == 0) return;
+  const bool sparse = topk_indices.data != nullptr;
+  const int64_t topk_k = sparse ? topk_indices.size(1) : 0;
+  const int64_t max_len = sparse ? topk_k : m.block_table.size(1) * m.block_size;
+  int64_t chunk = std::max(kMinChunk, (max_len + kMaxSplits - 1) / kMaxSplits);
+  int64_t n_splits = (max_len + chunk - 1) / chunk;
+  const int64_t per_split = m.n_tokens * H * (kLat + 2) * int64_t(sizeof(float));
+  while (n_splits > 1 && size_t(per_split * n_splits) > kMaxPartialBytes) {
+    chunk *= 2;
+    n_splits = (max_len + chunk - 1) / chunk;
+  }
+  chunk = (chunk + kTile - 1) / kTile * kTile;
+  auto* part_o = static_cast<float*>(
+      scratch(kScratchAttnPartO, size_t(m.n_tokens * H * n_splits * kLat) * sizeof(float)));
+  auto* part_ml = static_cast<float2*>(
+      scratch(kScratchAttnPartML, size_t(m.n_tokens * H * n_splits) * sizeof(float2)));
+  const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock), unsigned(n_splits));
+  const size_t smem = size_t(kTile) * kWidth * sizeof(float);
+  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
+    mla_decode_kernel<Tq, Tc><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
+        part_o, part_ml, static_cast<const Tq*>(q.data), static_cast<const Tc*>(latent_cache.data),
+        m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(),
+        m.block_table.size(1), m.block_size, m.n_seqs,
+        sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, chunk, scale);
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+  OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+    mla_combine_kernel<To><<<unsigned(m.n_tokens * H), 128, 0, stream()>>>(
+        static_cast<To*>(out.data), part_o, part_ml, int(n_splits));
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
+                            Tensor topk_indices, float scale) {
+  check_device(q, "mla_attention_expanded", "q");
+  check_device(k, "mla_attention_expanded", "k");
+  check_device(v, "mla_attention_expanded", "v");
+  check_meta(m, "mla_attention_expanded");
+  const int64_t H = q.size(1);
+  OSPREY_CHECK(q.size(2) == kQk && k.size(1) == H && k.size(2) == kQk && v.size(1) == H &&
+                   v.size(2) == kV && out.size(2) == kV && k.dtype == v.dtype &&
+                   H % kHeadsPerBlock == 0,
+               "expanded MLA shapes (CUDA: qk 192, v 128, heads a multiple of 8)");
+  if (m.n_tokens == 0) return;
+  const bool sparse = topk_indices.data != nullptr;
+  const int64_t* starts = kv_starts(m);
+  const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock));
+  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+    mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
+        static_cast<To*>(out.data), static_cast<const Tq*>(q.data), static_cast<const Tk*>(k.data),
+        static_cast<const Tk*>(v.data), starts, m.query_start_loc.ptr<int32_t>(),
+        m.positions.ptr<int32_t>(), m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr,
+        sparse ? topk_indices.size(1) : 0, H, scale);
+  })));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace osprey::ops::cuda

@@ -1,0 +1,126 @@
+// Runtime pieces shared by the CUDA twins: the scratch arena, the cuBLASLt handle and matmul
+// helper, and the F32 ↔ BF16 conversion kernel.
+//   convert: dst[i] = src[i], i < n; grid-stride, one element per thread per step.
+#include <mutex>
+#include <vector>
+
+#include "ops/cuda/common.cuh"
+
+namespace osprey::ops::cuda {
+
+namespace {
+struct Arena {
+  void* ptr[kScratchCount] = {};
+  size_t size[kScratchCount] = {};
+};
+Arena& arena() {
+  static Arena a;
+  return a;
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* __restrict__ dst, const S* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[i]));
+}
+
+void check_lt(cublasStatus_t s, const char* what) {
+  OSPREY_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what, " failed: status ", int(s));
+}
+}  // namespace
+
+void* scratch(ScratchSlot slot, size_t bytes) {
+  Arena& a = arena();
+  if (bytes <= a.size[slot]) return a.ptr[slot];
+  OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
+  if (a.ptr[slot]) OSPREY_CUDA_CHECK(cudaFree(a.ptr[slot]));
+  bytes = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
+  const cudaError_t e = cudaMalloc(&a.ptr[slot], bytes);
+  if (e != cudaSuccess) fail("out of GPU memory for ", bytes, " bytes of scratch: ", cudaGetErrorString(e));
+  a.size[slot] = bytes;
+  return a.ptr[slot];
+}
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x = nullptr;
+    check_lt(cublasLtCreate(&x), "create");
+    return x;
+  }();
+  return h;
+}
+
+bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b, void* d,
+               cudaDataType_t d_type, int64_t ldd, int64_t d_batch_stride, int batch) {
+  constexpr size_t kWorkspaceBytes = 32u << 20;
+  void* workspace = scratch(kScratchLtWorkspace, kWorkspaceBytes);
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t ta = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+  if (a.scale_mode >= 0) {
+    const auto mode = cublasLtMatmulMatrixScale_t(a.scale_mode);
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "a mode");
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale, sizeof(a.scale)), "a scale");
+  }
+  if (b.scale_mode >= 0) {
+    const auto mode = cublasLtMatmulMatrixScale_t(b.scale_mode);
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "b mode");
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale, sizeof(b.scale)), "b scale");
+  }
+  check_lt(cublasLtMatrixLayoutCreate(&la, a.type, a.trans ? k : m, a.trans ? m : k, a.ld), "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&lb, b.type, b.trans ? n : k, b.trans ? k : n, b.ld), "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&ld, d_type, m, n, ldd), "layout d");
+  if (batch > 1) {
+    const int32_t count = batch;
+    for (auto [l, stride] : {std::pair{la, a.batch_stride}, std::pair{lb, b.batch_stride},
+                             std::pair{ld, d_batch_stride}}) {
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch");
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "stride");
+    }
+  }
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &kWorkspaceBytes, sizeof(kWorkspaceBytes)), "pref ws");
+  cublasLtMatmulHeuristicResult_t heur = {};
+  int found = 0;
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, la, lb, ld, ld, pref, 1, &heur, &found);
+  bool ran = false;
+  if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t s = cublasLtMatmul(lt_handle(), op, &alpha, a.ptr, la, b.ptr, lb, &beta, d,
+                                            ld, d, ld, &heur.algo, workspace, kWorkspaceBytes, stream());
+    check_lt(s, "matmul");
+    ran = true;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(op);
+  return ran;
+}
+
+void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  if (n == 0) return;
+  if (dst_type == src_type) {
+    OSPREY_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * dtype_size(src_type),
+                                      cudaMemcpyDeviceToDevice, stream()));
+    return;
+  }
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65536));
+  OSPREY_DISPATCH_FLOAT(dst_type, D, OSPREY_DISPATCH_FLOAT(src_type, S, {
+    convert_kernel<D, S><<<blocks, threads, 0, stream()>>>(static_cast<D*>(dst),
+                                                           static_cast<const S*>(src), n);
+  }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace osprey::ops::cuda

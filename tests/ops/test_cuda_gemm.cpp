@@ -1,0 +1,133 @@
+// CUDA linear against the CPU twin on DeepSeek-V3.2 projection shapes: BF16 and F32 weights, and FP8
+// e4m3 weights with 128×128 block scales through both CUDA paths (cuBLASLt block-scaled FP8, and
+// the dequantize + BF16 fallback).
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "ops/gemm.h"
+
+namespace osprey {
+namespace {
+using namespace testing;
+
+uint8_t random_e4m3() {
+  std::uniform_int_distribution<int> b(0, 255);
+  for (;;) {
+    const int v = b(rng());
+    if ((v & 0x7f) != 0x7f) return uint8_t(v);  // no NaN
+  }
+}
+
+struct Fp8Weight {
+  Buffer w, scale;
+};
+Fp8Weight random_fp8(int64_t out, int64_t in) {
+  Fp8Weight f{Buffer(DType::F8_E4M3, {out, in}),
+              rand_f32({(out + 127) / 128, (in + 127) / 128}, 0.5e-3f, 2e-3f)};
+  for (int64_t i = 0; i < out * in; ++i) f.w.ptr<uint8_t>()[i] = random_e4m3();
+  return f;
+}
+
+// x whose per-1×128 quantization is exact: e4m3 values times 2^e, with one element at 448·2^e.
+Buffer quantizable_x(int64_t n, int64_t in) {
+  Buffer x(DType::F32, {n, in});
+  std::uniform_int_distribution<int> ex(-4, 2), pos(0, 127);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < in / 128; ++g) {
+      const float s = std::ldexp(1.0f, ex(rng()));
+      float* v = x.f32() + r * in + g * 128;
+      for (int i = 0; i < 128; ++i) v[i] = e4m3_to_f32(random_e4m3()) * s;
+      v[pos(rng())] = (pos(rng()) & 1 ? 448.0f : -448.0f) * s;
+    }
+  return x;
+}
+
+struct Shape3 {
+  int64_t n, out, in;
+  const char* what;
+};
+const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},   {37, 24576, 1536, "q_b_proj"},
+                          {64, 576, 7168, "kv_a_proj"},   {5, 7168, 16384, "o_proj"},
+                          {16, 2048, 7168, "expert gate"}, {16, 7168, 2048, "expert down"}};
+
+std::string label(const char* kind, const Shape3& s) {
+  return std::string(kind) + " " + s.what + " [" + std::to_string(s.n) + "x" + std::to_string(s.in) +
+         "]x[" + std::to_string(s.out) + "]";
+}
+
+TEST(CudaOps, LinearBf16) {
+  OSPREY_REQUIRE_GPU();
+  for (const Shape3& s : kShapes) {
+    Buffer w = rand_f32({s.out, s.in}, -0.05f, 0.05f);
+    round_bf16(w);
+    Buffer x = rand_f32({s.n, s.in});
+    Buffer ref(DType::F32, {s.n, s.out});
+    ops::linear(ref, x, LinearWeight{w, {}});
+    DeviceBuffer dw = upload(w, DType::BF16);
+    for (DType xdt : {DType::F32, DType::BF16}) {
+      DeviceBuffer dx = upload(x, xdt), y = poisoned(DType::F32, {s.n, s.out});
+      ops::linear(y, dx, LinearWeight{dw, {}});
+      expect_close(label(xdt == DType::F32 ? "linear bf16 W, F32 x" : "linear bf16 W, BF16 x", s),
+                   download(y), ref, 1e-2);
+    }
+  }
+}
+
+TEST(CudaOps, LinearF32Router) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t n = 64, E = 256, D = 7168;
+  Buffer w = rand_f32({E, D}, -0.05f, 0.05f), x = rand_f32({n, D});
+  Buffer ref(DType::F32, {n, E});
+  ops::linear(ref, x, LinearWeight{w, {}});
+  DeviceBuffer dw = upload(w), dx = upload(x), y = poisoned(DType::F32, {n, E});
+  ops::linear(y, dx, LinearWeight{dw, {}});
+  expect_close("linear F32 W router [64x7168]x[256]", download(y), ref, 1e-5);
+}
+
+void run_fp8(bool block_scaled) {
+  ops::cuda::set_fp8_block_scaled(block_scaled);
+  for (const Shape3& s : kShapes) {
+    Fp8Weight f = random_fp8(s.out, s.in);
+    DeviceBuffer dw = cuda::to_device(f.w), ds = cuda::to_device(f.scale);
+    const LinearWeight hw{f.w, f.scale}, dwt{dw, ds};
+    for (bool exact : {true, false}) {
+      Buffer x = exact ? quantizable_x(s.n, s.in) : rand_f32({s.n, s.in});
+      Buffer ref(DType::F32, {s.n, s.out});
+      ops::linear(ref, x, hw);
+      for (DType ydt : {DType::F32, DType::BF16}) {
+        DeviceBuffer dx = upload(x), y = poisoned(ydt, {s.n, s.out});
+        ops::linear(y, dx, dwt);
+        const std::string path = ops::cuda::last_fp8_gemm_path();
+        std::printf("FP8PATH %s %s\n", s.what, path.c_str());
+        if (!block_scaled) {
+          EXPECT_EQ(path, "dequant-bf16");
+        }
+        // Exact: only accumulation (and the output rounding) differ. Random x: e4m3 activations
+        // (3 mantissa bits) on the block-scaled path, BF16 activations on the fallback.
+        const double tol = !block_scaled ? 1e-2
+                           : !exact        ? 6e-2
+                           : ydt == DType::F32 ? 2e-3
+                                               : 1e-2;
+        expect_close(label(block_scaled ? (exact ? "fp8 lt exact-x" : "fp8 lt random-x")
+                                        : (exact ? "fp8 dequant exact-x" : "fp8 dequant random-x"),
+                           s) +
+                         (ydt == DType::F32 ? " y F32" : " y BF16"),
+                     download(y), ref, tol);
+      }
+    }
+  }
+  ops::cuda::set_fp8_block_scaled(true);
+}
+
+TEST(CudaOps, LinearFp8BlockScaled) {
+  OSPREY_REQUIRE_GPU();
+  run_fp8(true);
+}
+
+TEST(CudaOps, LinearFp8DequantFallback) {
+  OSPREY_REQUIRE_GPU();
+  run_fp8(false);
+}
+
+}  // namespace
+}  // namespace osprey
