@@ -41,8 +41,8 @@ void RequestStream::push(RequestOutput out) {
 }
 
 AsyncEngine::AsyncEngine(const DeepseekModel& model, const EngineConfig& cfg,
-                         TextDecoderFactory decoders)
-    : engine_(model, cfg, std::move(decoders)) {
+                         TextDecoderFactory decoders, std::function<void(const EngineStats&)> on_step)
+    : engine_(model, cfg, std::move(decoders)), on_step_(std::move(on_step)) {
   stats_ = engine_.stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -117,6 +117,7 @@ void AsyncEngine::loop() {
     }
     for (uint64_t id : aborts) engine_.abort(id);
     std::vector<RequestOutput> outs;
+    const int64_t steps_before = engine_.stats().steps;
     try {
       outs = engine_.step();
     } catch (const std::exception& e) {
@@ -139,6 +140,10 @@ void AsyncEngine::loop() {
       stats_ = engine_.stats();
     }
     for (auto& [st, o] : deliver) st->push(std::move(o));
+    if (on_step_) {
+      const EngineStats s = engine_.stats();
+      if (s.steps > steps_before) on_step_(s);
+    }
   }
 }
 

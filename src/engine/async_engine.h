@@ -42,7 +42,9 @@ class RequestStream {
 
 class AsyncEngine {
  public:
-  AsyncEngine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders = {});
+  // on_step, when set, runs on the engine thread after every step that ran the model.
+  AsyncEngine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders = {},
+              std::function<void(const EngineStats&)> on_step = {});
   ~AsyncEngine();
 
   // Validates now (throws osprey::Error with the reason, nothing queued), then queues.
@@ -70,6 +72,7 @@ class AsyncEngine {
   EngineStats stats_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<size_t> unfinished_{0};
+  std::function<void(const EngineStats&)> on_step_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,0 +1,283 @@
+#include "server/http.h"
+
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "core/error.h"
+
+namespace osprey::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+const char* reason(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "";
+  }
+}
+}  // namespace
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket s, const Handler& h, size_t max_body)
+      : socket_(std::move(s)), strand_(net::make_strand(socket_.get_executor())), handler_(h),
+        max_body_(max_body) {}
+
+  void start() {
+    net::dispatch(strand_, [self = shared_from_this()] { self->read(); });
+  }
+
+  // All of the below run on the strand.
+  void read() {
+    parser_.emplace();
+    parser_->header_limit(64 * 1024);
+    parser_->body_limit(max_body_);
+    http::async_read(socket_, buffer_, *parser_,
+                     net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->on_read(ec);
+                     }));
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      send_full(413, "application/json",
+                "{\"error\":{\"message\":\"request body larger than " + std::to_string(max_body_) +
+                    " bytes\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
+      return;
+    }
+    if (ec) return close();  // EOF or a malformed request: nothing to answer
+    auto& req = parser_->get();
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    const std::string target(req.target());
+    r.path = target.substr(0, target.find('?'));
+    r.body = std::move(req.body());
+    r.authorization = std::string(req[http::field::authorization]);
+    r.content_type = std::string(req[http::field::content_type]);
+    keep_alive_ = req.keep_alive();
+    responded_ = false;
+    streaming_ = false;
+    close_cb_ = nullptr;
+    auto responder = std::make_shared<Responder>(shared_from_this());
+    try {
+      handler_(r, responder);
+    } catch (const std::exception& e) {
+      send_full(500, "application/json",
+                std::string("{\"error\":{\"message\":\"internal error\",\"type\":\"server_error\","
+                            "\"param\":null,\"code\":null}}"));
+    }
+    watch_for_close();
+  }
+
+  void send_full(int status, const std::string& type, std::string body) {
+    if (responded_ || dead_) return;
+    responded_ = true;
+    std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+    head += "Content-Type: " + type + "\r\n";
+    head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    enqueue(head + body);
+    finished_ = true;
+    maybe_next();
+  }
+
+  void send_stream_head(int status, const std::string& type) {
+    if (responded_ || dead_) return;
+    responded_ = true;
+    streaming_ = true;
+    std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
+    head += "Content-Type: " + type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    enqueue(std::move(head));
+  }
+
+  void send_chunk(std::string data) {
+    if (!streaming_ || finished_ || dead_ || data.empty()) return;
+    char len[32];
+    std::snprintf(len, sizeof len, "%zx\r\n", data.size());
+    enqueue(std::string(len) + data + "\r\n");
+  }
+
+  void send_end() {
+    if (!streaming_ || finished_ || dead_) return;
+    enqueue("0\r\n\r\n");
+    finished_ = true;
+    maybe_next();
+  }
+
+  void set_close_cb(std::function<void()> fn) {
+    if (dead_) {
+      if (fn) fn();
+      return;
+    }
+    close_cb_ = std::move(fn);
+  }
+
+  net::strand<net::any_io_executor>& strand() { return strand_; }
+  bool dead() const { return dead_; }
+
+ private:
+  void enqueue(std::string bytes) {
+    queue_.push_back(std::move(bytes));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (queue_.empty() || dead_) {
+      writing_ = false;
+      maybe_next();
+      return;
+    }
+    writing_ = true;
+    net::async_write(socket_, net::buffer(queue_.front()),
+                     net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->queue_.pop_front();
+                       if (ec) return self->close();
+                       self->write_next();
+                     }));
+  }
+
+  // After a response is fully written: the next request, or close.
+  void maybe_next() {
+    if (!finished_ || writing_ || !queue_.empty() || dead_) return;
+    finished_ = false;
+    if (keep_alive_) {
+      socket_.cancel();  // stop the close watch; the read below takes over the socket
+      read_pending_ = true;
+      net::post(strand_, [self = shared_from_this()] {
+        self->read_pending_ = false;
+        self->read();
+      });
+    } else {
+      beast::error_code ec;
+      socket_.shutdown(tcp::socket::shutdown_send, ec);
+      close();
+    }
+  }
+
+  // While a response is pending, notice a client that hangs up: the socket becomes readable
+  // with nothing to read (EOF).
+  void watch_for_close() {
+    if (dead_ || finished_ || read_pending_) return;
+    socket_.async_wait(tcp::socket::wait_read,
+                       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
+                         if (ec == net::error::operation_aborted) return;
+                         if (self->read_pending_ || self->dead_) return;
+                         beast::error_code ec2;
+                         const size_t avail = self->socket_.available(ec2);
+                         if (ec || ec2 || avail == 0) {
+                           // Readable with no bytes (or an error): the peer closed.
+                           if (!self->finished_) self->close();
+                         }
+                         // Data (a pipelined request) is left for the next read.
+                       }));
+  }
+
+  void close() {
+    if (dead_) return;
+    dead_ = true;
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    queue_.clear();
+    if (close_cb_ && !finished_) {
+      auto cb = std::move(close_cb_);
+      close_cb_ = nullptr;
+      cb();
+    }
+    close_cb_ = nullptr;
+  }
+
+  tcp::socket socket_;
+  net::strand<net::any_io_executor> strand_;
+  const Handler& handler_;
+  size_t max_body_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<std::string> queue_;
+  bool writing_ = false, keep_alive_ = true, responded_ = false, streaming_ = false;
+  bool finished_ = false, dead_ = false, read_pending_ = false;
+  std::function<void()> close_cb_;
+};
+
+void Responder::respond(int status, const std::string& content_type, std::string body) {
+  net::dispatch(conn_->strand(), [c = conn_, status, content_type, b = std::move(body)]() mutable {
+    c->send_full(status, content_type, std::move(b));
+  });
+}
+void Responder::start_stream(int status, const std::string& content_type) {
+  net::dispatch(conn_->strand(), [c = conn_, status, content_type] { c->send_stream_head(status, content_type); });
+}
+void Responder::write(std::string chunk) {
+  net::dispatch(conn_->strand(), [c = conn_, d = std::move(chunk)]() mutable { c->send_chunk(std::move(d)); });
+}
+void Responder::end() {
+  net::dispatch(conn_->strand(), [c = conn_] { c->send_end(); });
+}
+void Responder::on_close(std::function<void()> fn) {
+  net::dispatch(conn_->strand(), [c = conn_, f = std::move(fn)]() mutable { c->set_close_cb(std::move(f)); });
+}
+void Responder::post(std::function<void()> fn) { net::post(conn_->strand(), std::move(fn)); }
+bool Responder::closed() const { return conn_->dead(); }
+
+HttpServer::HttpServer(const HttpServerOptions& opts, Handler handler)
+    : opts_(opts), handler_(std::move(handler)), acceptor_(io_) {
+  beast::error_code ec;
+  const auto addr = net::ip::make_address(opts.host, ec);
+  if (ec) fail("--host '", opts.host, "' is not an IP address");
+  tcp::endpoint ep(addr, uint16_t(opts.port));
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) fail("cannot listen on ", opts.host, ":", opts.port, ": ", ec.message());
+  port_ = acceptor_.local_endpoint().port();
+  accept();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::accept() {
+  acceptor_.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket s) {
+    if (ec) {
+      if (ec == net::error::operation_aborted) return;
+    } else {
+      s.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Connection>(std::move(s), handler_, opts_.max_body_bytes)->start();
+    }
+    accept();
+  });
+}
+
+void HttpServer::run() {
+  for (int i = 1; i < opts_.io_threads; ++i) threads_.emplace_back([this] { io_.run(); });
+  io_.run();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void HttpServer::stop() {
+  net::post(io_, [this] {
+    beast::error_code ec;
+    acceptor_.close(ec);
+  });
+  io_.stop();
+}
+
+}  // namespace osprey::server

@@ -1,0 +1,53 @@
+// Prometheus metrics of the server (text exposition format 0.0.4), under the osprey_ prefix:
+//   gauges     osprey_num_requests_running, osprey_num_requests_waiting, osprey_kv_cache_usage_perc,
+//              osprey_prefix_cache_hit_rate
+//   counters   osprey_prompt_tokens_total, osprey_generation_tokens_total,
+//              osprey_prefix_cache_queries_total, osprey_prefix_cache_hits_total (tokens),
+//              osprey_request_success_total{finished_reason}, osprey_request_failure_total,
+//              osprey_num_preemptions_total
+//   histograms osprey_time_to_first_token_seconds, osprey_inter_token_latency_seconds,
+//              osprey_e2e_request_latency_seconds, osprey_step_duration_seconds
+// Thread-safe: observations come from the I/O threads and the engine thread.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace osprey::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  void observe(double v);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void observe_ttft(double s);
+  void observe_itl(double s);
+  void observe_e2e(double s);
+  void observe_step(double s);
+  void request_finished(const std::string& reason);
+  void request_failed();
+  std::string render(const EngineStats& stats) const;
+
+ private:
+  mutable std::mutex mu_;
+  Histogram ttft_, itl_, e2e_, step_;
+  std::map<std::string, uint64_t> success_;
+  uint64_t failures_ = 0;
+};
+
+}  // namespace osprey::server

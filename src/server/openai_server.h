@@ -1,0 +1,47 @@
+// The OpenAI-compatible routes over an AsyncEngine:
+//   POST /v1/completions, POST /v1/chat/completions (stream or not; SSE ending with [DONE];
+//   usage, stream_options.include_usage), GET /v1/models, GET /health, GET /metrics,
+//   POST /tokenize, POST /detokenize.
+// Errors are OpenAI error objects with their status: 400 invalid JSON or parameters (and a prompt
+// longer than max_model_len, with the lengths), 401 a missing or wrong API key, 404 an unknown
+// model or route, 405 a wrong method, 413 a body over the limit (refused before parsing, in the
+// HTTP layer), 503 when the queue is full. A client that disconnects aborts its requests.
+#pragma once
+
+#include <string>
+
+#include "engine/async_engine.h"
+#include "engine/model_bundle.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+
+namespace osprey::server {
+
+struct ServerOptions {
+  std::string served_model_name;
+  std::string api_key;        // empty: no key needed
+  size_t max_queued = 4096;   // requests admitted beyond the running batch before 503
+  int max_num_seqs = 64;
+};
+
+class OpenAIServer {
+ public:
+  OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics, ServerOptions opts);
+  void handle(const HttpRequest& req, std::shared_ptr<Responder> res);
+
+ private:
+  void generate(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
+  void models(std::shared_ptr<Responder> res);
+  void tokenize(const HttpRequest& req, std::shared_ptr<Responder> res);
+  void detokenize(const HttpRequest& req, std::shared_ptr<Responder> res);
+  void error(std::shared_ptr<Responder> res, const ApiError& e);
+
+  const ModelBundle& bundle_;
+  AsyncEngine& engine_;
+  Metrics& metrics_;
+  ServerOptions opts_;
+  ServedModel served_;
+};
+
+}  // namespace osprey::server
