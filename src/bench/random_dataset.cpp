@@ -13,6 +13,8 @@ namespace {
 
 using tokenizer::TokenId;
 
+constexpr size_t kRedrawOnStall = 4;  // tokens redrawn at the end when a round changes nothing
+
 void validate(const RandomDatasetOptions& o) {
   if (o.num_prompts < 1) fail("--num-prompts must be >= 1, got ", o.num_prompts);
   if (o.input_len < 1) fail("--input-len must be >= 1, got ", o.input_len);
@@ -53,32 +55,49 @@ void build_exact(const tokenizer::Tokenizer& tok, const std::vector<TokenId>& ca
   std::vector<TokenId> ids;
   ids.reserve(target);
   for (size_t i = 0; i < target; ++i) ids.push_back(candidates[pick(rng)]);
-  std::vector<TokenId> encoded;
+  std::vector<TokenId> encoded, previous;
   for (p.rounds = 1;; ++p.rounds) {
     p.text = tok.decode(ids);
     encoded.clear();
     tok.encode_into(p.text, encoded);
     p.encoded_len = static_cast<int>(encoded.size());
     if (encoded.size() == target || p.rounds >= max_rounds) return;
+    previous.swap(ids);
     ids = encoded;
     if (ids.size() > target) {
       ids.resize(target);
     } else {
       while (ids.size() < target) ids.push_back(candidates[pick(rng)]);
     }
+    // No progress (the cut re-encodes the same way again): redraw the last few tokens.
+    if (ids == previous)
+      for (size_t k = 0; k < std::min<size_t>(kRedrawOnStall, target); ++k)
+        ids[target - 1 - k] = candidates[pick(rng)];
   }
 }
 
 }  // namespace
 
+std::vector<TokenId> sampling_candidates(const tokenizer::Tokenizer& tok) {
+  std::vector<TokenId> candidates;
+  std::vector<TokenId> one(1), encoded;
+  for (TokenId id = 0; id < tok.id_limit(); ++id) {
+    if (!tok.is_known(id) || tok.is_special(id) || tok.added_vocabulary().find(id) != nullptr)
+      continue;
+    one[0] = id;
+    const std::string text = tok.decode(one);
+    encoded.clear();
+    tok.encode_into(text, encoded);  // valid UTF-8 on its own and round-trips: a whole token
+    if (encoded.size() == 1 && encoded[0] == id) candidates.push_back(id);
+  }
+  if (candidates.empty()) fail("the tokenizer has no ordinary tokens that round-trip to sample");
+  return candidates;
+}
+
 std::vector<DatasetPrompt> random_prompts(const tokenizer::Tokenizer& tok,
                                           const RandomDatasetOptions& o) {
   validate(o);
-  std::vector<TokenId> candidates;  // ordinary vocabulary tokens: no added or special tokens
-  for (TokenId id = 0; id < tok.id_limit(); ++id)
-    if (tok.is_known(id) && !tok.is_special(id) && tok.added_vocabulary().find(id) == nullptr)
-      candidates.push_back(id);
-  if (candidates.empty()) fail("the tokenizer has no ordinary (non-added) tokens to sample");
+  const std::vector<TokenId> candidates = sampling_candidates(tok);
 
   std::vector<DatasetPrompt> prompts = plan_lengths(o);
   const size_t n_threads = std::clamp<size_t>(

@@ -3,6 +3,10 @@
 // → re-encode; when the re-encoding has a different length, cut it (too long) or append random
 // ids (too short) and go round again, until the text encodes to exactly the target.
 //
+// Tokens are drawn from the ordinary vocabulary: no added or special tokens, and only tokens
+// that decode to valid UTF-8 and encode back to themselves alone (byte fragments of multi-byte
+// characters would decode to U+FFFD and make prompts of replacement characters).
+//
 // Lengths: input and output lengths are drawn uniformly from [len·(1−r), len·(1+r)] (rounded
 // outwards), r = range_ratio, independently per request.
 #pragma once
@@ -39,6 +43,9 @@ struct DatasetPrompt {
 // ordinary tokens. Deterministic for a seed (independent of `threads`).
 std::vector<DatasetPrompt> random_prompts(const tokenizer::Tokenizer& tok,
                                           const RandomDatasetOptions& options);
+
+// The token ids prompts are drawn from (see above).
+std::vector<int32_t> sampling_candidates(const tokenizer::Tokenizer& tok);
 
 // Without a tokenizer: common English words, one word per token aimed at (most byte-level BPE
 // vocabularies have " the", " of", ... as single tokens); lengths are then approximate.
