@@ -12,7 +12,7 @@ namespace osprey::bench {
 namespace {
 
 constexpr int kWidth = 1000, kPanelHeight = 420;
-constexpr int kLeft = 90, kRight = 30, kTop = 56, kBottom = 64;  // plot-area margins in a panel
+constexpr int kLeft = 90, kRight = 40, kTop = 56, kBottom = 64;  // plot-area margins in a panel
 constexpr int kTextScale = 2;
 constexpr int kMaxBins = 60, kMinBins = 10;
 constexpr double kTailCutPercentile = 99.5;
@@ -43,11 +43,8 @@ void draw_panel(Canvas& c, int top, const HistogramPanel& p) {
   const Summary s = summarize(p.values, std::vector<double>{99.0, kTailCutPercentile});
   const double p99 = s.percentiles[0];
   double lo = s.min, hi = s.max;
-  size_t beyond = 0;
-  if (hi > kTailCutRatio * s.percentiles[1] && s.percentiles[1] > lo) {
-    hi = s.percentiles[1];
-    for (double v : p.values) beyond += v > hi;
-  }
+  const bool cut = hi > kTailCutRatio * s.percentiles[1] && s.percentiles[1] > lo;
+  if (cut) hi = s.percentiles[1];
   if (hi - lo < 1e-9 * std::max(1.0, std::abs(hi))) {  // one value: give it a visible width
     lo -= std::max(0.5, std::abs(lo) * 0.05);
     hi += std::max(0.5, std::abs(hi) * 0.05);
@@ -55,6 +52,9 @@ void draw_panel(Canvas& c, int top, const HistogramPanel& p) {
   const double xstep = nice_step(hi - lo, 8);
   lo = std::floor(lo / xstep) * xstep;
   hi = std::ceil(hi / xstep) * xstep;
+  size_t beyond = 0;  // values right of the (cut) range: counted in the legend, not drawn
+  if (cut)
+    for (double v : p.values) beyond += v > hi;
   const int bins = std::clamp(int(std::sqrt(double(p.values.size())) * 2), kMinBins, kMaxBins);
   std::vector<size_t> counts(size_t(bins), 0);
   for (double v : p.values) {
