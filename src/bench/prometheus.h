@@ -1,0 +1,21 @@
+// The few numbers the benchmark reads from a server's Prometheus text exposition (GET /metrics):
+// the step-time histogram `osprey_step_duration_seconds` (_sum, _count), summed over label sets.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace osprey::bench {
+
+struct HistogramTotals {
+  double sum = 0;    // seconds
+  double count = 0;  // observations (steps)
+};
+
+// The totals of histogram `name` in `text`; nullopt when neither `name`_sum nor `name`_count is
+// there.
+std::optional<HistogramTotals> find_histogram(std::string_view text, std::string_view name);
+
+inline constexpr std::string_view kStepHistogram = "osprey_step_duration_seconds";
+
+}  // namespace osprey::bench

@@ -1,0 +1,123 @@
+// osprey bench: benchmarks, one subcommand each. `bench serve` times an OpenAI-compatible server
+// as `vllm bench serve` does. A new benchmark adds an add_<name>(CLI::App& bench) below and a
+// call in register_cmd.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "bench/serve.h"
+#include "bench/url.h"
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace osprey::cli {
+namespace {
+
+struct ServeArgs {
+  bench::ServeOptions o;
+  std::string host;
+  int port = 0;
+  std::string request_rate = "inf";
+  std::string preset;
+  std::string percentiles = "99";
+};
+
+double parse_rate(const std::string& s) {
+  if (s == "inf" || s == "Inf" || s == "INF") return std::numeric_limits<double>::infinity();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0' || !(v > 0))
+    fail("--request-rate must be a positive number of requests per second or inf, got '", s, "'");
+  return v;
+}
+
+std::vector<double> parse_percentiles(const std::string& s) {
+  std::vector<double> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, comma - pos);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(v >= 0 && v <= 100))
+      fail("--metric-percentiles must be comma-separated numbers in [0, 100], got '", s, "'");
+    out.push_back(v);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void add_serve(CLI::App& bench) {
+  auto a = std::make_shared<ServeArgs>();
+  bench::ServeOptions& o = a->o;
+  CLI::App* sub = bench.add_subcommand(
+      "serve", "time an OpenAI-compatible server under load (like `vllm bench serve`)");
+  sub->add_option("--base-url", o.base_url, "server URL")->capture_default_str();
+  sub->add_option("--host", a->host, "server host (overrides --base-url's)");
+  sub->add_option("--port", a->port, "server port (overrides --base-url's)");
+  sub->add_option("--endpoint", o.endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
+  sub->add_option("--model", o.model, "served model name (default: the first of GET /v1/models)");
+  sub->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer.json or its folder, for token-exact prompts (default: --model when "
+                  "it is a folder with one; else approximate word prompts)");
+  sub->add_option("--preset", a->preset,
+                  "named workload: dsv32-5k = 5000 in / 500 out / 64 concurrent / 320 prompts; "
+                  "explicit options override it");
+  sub->add_option("--dataset", o.dataset, "random")->capture_default_str();
+  auto* in = sub->add_option("--input-len", o.input_len, "prompt tokens")->capture_default_str();
+  auto* out = sub->add_option("--output-len", o.output_len, "output tokens (max_tokens, ignore_eos)")
+                  ->capture_default_str();
+  sub->add_option("--range-ratio", o.range_ratio,
+                  "lengths uniform in [len*(1-r), len*(1+r)]")->capture_default_str();
+  auto* np = sub->add_option("--num-prompts", o.num_prompts, "requests to send")->capture_default_str();
+  auto* mc = sub->add_option("--max-concurrency", o.max_concurrency,
+                             "requests in flight at most (0: no limit)")->capture_default_str();
+  sub->add_option("--request-rate", a->request_rate,
+                  "requests per second, Poisson arrivals; inf sends all at once")->capture_default_str();
+  sub->add_option("--burstiness", o.burstiness,
+                  "gamma shape of the arrival gaps (1: Poisson)")->capture_default_str();
+  sub->add_option("--seed", o.seed, "random seed (prompts, lengths, arrivals)")->capture_default_str();
+  sub->add_option("--api-key", o.api_key, "bearer token (default: env OPENAI_API_KEY)");
+  sub->add_option("--metric-percentiles", a->percentiles,
+                  "comma-separated percentiles to report")->capture_default_str();
+  sub->add_option("--extra-body", o.extra_body, "JSON object merged into every request body");
+  sub->add_option("--request-timeout", o.request_timeout_s, "seconds before a request fails")
+      ->capture_default_str();
+  sub->add_option("--result-json", o.result_json, "write the metrics and per-request data here");
+  sub->add_option("--plot", o.plot, "write a PNG of the TTFT and ITL distributions here");
+  sub->add_flag("!--no-progress", o.progress, "no progress line on stderr");
+  sub->callback([a, in, out, np, mc] {
+    bench::ServeOptions& o = a->o;
+    if (!a->preset.empty()) {
+      const bench::Preset& p = bench::find_preset(a->preset);
+      if (!in->count()) o.input_len = p.input_len;
+      if (!out->count()) o.output_len = p.output_len;
+      if (!mc->count()) o.max_concurrency = p.max_concurrency;
+      if (!np->count()) o.num_prompts = p.num_prompts;
+    }
+    if (!a->host.empty() || a->port) {
+      bench::BaseUrl b = bench::parse_base_url(o.base_url);
+      if (!a->host.empty()) b.host = a->host;
+      if (a->port) b.port = a->port;
+      const bool v6 = b.host.find(':') != std::string::npos;
+      o.base_url = str_cat("http://", v6 ? "[" : "", b.host, v6 ? "]" : "", ":", b.port, b.prefix);
+    }
+    o.request_rate = parse_rate(a->request_rate);
+    o.percentiles = parse_percentiles(a->percentiles);
+    if (o.api_key.empty())
+      if (const char* k = std::getenv("OPENAI_API_KEY")) o.api_key = k;
+    const bench::ServeResult r = bench::run_serve_benchmark(o);
+    if (r.metrics.completed == 0) fail("every request failed");
+  });
+}
+
+void register_cmd(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: serve (an OpenAI-compatible server)");
+  bench->require_subcommand(1);
+  add_serve(*bench);
+}
+
+}  // namespace
+OSPREY_REGISTER_COMMAND(register_cmd);
+}  // namespace osprey::cli
