@@ -1,7 +1,10 @@
 #include "server/http.h"
 
+#include <sys/socket.h>
+
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -171,21 +174,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  // While a response is pending, notice a client that hangs up: the socket becomes readable
-  // with nothing to read (EOF).
+  // While a response is pending, notice a client that hangs up. Readiness alone can be spurious,
+  // so a non-blocking peek decides: 0 bytes is EOF (close), EAGAIN is a false alarm (wait again),
+  // data is a pipelined request (left for the next read).
   void watch_for_close() {
     if (dead_ || finished_ || read_pending_) return;
     socket_.async_wait(tcp::socket::wait_read,
                        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
                          if (ec == net::error::operation_aborted) return;
-                         if (self->read_pending_ || self->dead_) return;
-                         beast::error_code ec2;
-                         const size_t avail = self->socket_.available(ec2);
-                         if (ec || ec2 || avail == 0) {
-                           // Readable with no bytes (or an error): the peer closed.
-                           if (!self->finished_) self->close();
-                         }
-                         // Data (a pipelined request) is left for the next read.
+                         if (self->read_pending_ || self->dead_ || self->finished_) return;
+                         if (ec) return self->close();
+                         char c;
+                         const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                           return self->close();
+                         if (n < 0) self->watch_for_close();
                        }));
   }
 
