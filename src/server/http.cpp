@@ -4,7 +4,9 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -59,6 +61,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_read(beast::error_code ec) {
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
+      linger_ = true;  // the client may still be sending the body: read it away before closing
       send_full(413, "application/json",
                 "{\"error\":{\"message\":\"request body larger than " + std::to_string(max_body_) +
                     " bytes\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
@@ -170,8 +173,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       beast::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_send, ec);
+      if (linger_) return discard_until_eof();
       close();
     }
+  }
+
+  // A lingering close: closing with unread input makes the kernel reset the connection, and the
+  // client could lose the response it has not read yet. Read and drop input until the client
+  // closes, for at most a few seconds.
+  void discard_until_eof() {
+    if (!linger_timer_) {
+      linger_timer_.emplace(strand_);
+      linger_timer_->expires_after(std::chrono::seconds(3));
+      linger_timer_->async_wait([self = shared_from_this()](beast::error_code) { self->close(); });
+    }
+    socket_.async_read_some(net::buffer(discard_),
+                            net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) {
+                                if (self->linger_timer_) self->linger_timer_->cancel();
+                                return self->close();
+                              }
+                              self->discard_until_eof();
+                            }));
   }
 
   // While a response is pending, notice a client that hangs up. Readiness alone can be spurious,
@@ -215,7 +238,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> queue_;
   bool writing_ = false, keep_alive_ = true, responded_ = false, streaming_ = false;
-  bool finished_ = false, dead_ = false, read_pending_ = false;
+  bool finished_ = false, dead_ = false, read_pending_ = false, linger_ = false;
+  std::optional<net::steady_timer> linger_timer_;
+  std::array<char, 4096> discard_;
   std::function<void()> close_cb_;
 };
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs a test command against a live `osprey serve`:
+#   scripts/server_test.sh OSPREY_BINARY [serve args...] -- COMMAND [args...]
+# Starts the server on a free port, waits for /health, runs COMMAND with OSPREY_URL set
+# (e.g. http://127.0.0.1:41234), then stops the server. Fails if the server dies during the test
+# (its log is printed).
+set -euo pipefail
+osprey=$1
+shift
+serve_args=()
+while [[ $# -gt 0 && $1 != -- ]]; do serve_args+=("$1"); shift; done
+[[ ${1:-} == -- ]] || { echo "server_test: missing -- COMMAND" >&2; exit 2; }
+shift
+log=$(mktemp)
+"$osprey" serve --port 0 "${serve_args[@]}" >"$log" 2>&1 &
+pid=$!
+cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"; }
+trap cleanup EXIT
+url=""
+for _ in $(seq 1 300); do
+  if ! kill -0 "$pid" 2>/dev/null; then echo "server_test: osprey serve exited:" >&2; cat "$log" >&2; exit 1; fi
+  url=$(grep -o 'http://[0-9.]*:[0-9]*' "$log" | head -1 || true)
+  [[ -n $url ]] && curl -sf "$url/health" >/dev/null 2>&1 && break
+  url=""
+  sleep 0.2
+done
+[[ -n $url ]] || { echo "server_test: the server did not come up:" >&2; cat "$log" >&2; exit 1; }
+rc=0
+OSPREY_URL=$url "$@" || rc=$?
+if ! kill -0 "$pid" 2>/dev/null; then echo "server_test: osprey serve died during the test:" >&2; cat "$log" >&2; exit 1; fi
+[[ $rc == 0 ]] || { echo "server_test: test failed (rc $rc); server log:" >&2; tail -20 "$log" >&2; }
+exit $rc
