@@ -15,6 +15,7 @@ StepInputs::StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blo
       token_ids_(DType::I32, {max_num_batched_tokens}),
       positions_(DType::I32, {max_num_batched_tokens}),
       slot_mapping_(DType::I64, {max_num_batched_tokens}),
+      req_id_per_token_(DType::I32, {max_num_batched_tokens}),
       query_start_loc_(DType::I32, {max_num_seqs + 1}),
       seq_lens_(DType::I32, {max_num_seqs}),
       block_table_(Buffer::zeros(DType::I32, {max_num_seqs, max_blocks_per_seq})),
@@ -28,6 +29,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   int32_t* tok = token_ids_.ptr<int32_t>();
   int32_t* pos = positions_.ptr<int32_t>();
   int64_t* slot = slot_mapping_.ptr<int64_t>();
+  int32_t* req = req_id_per_token_.ptr<int32_t>();
   int32_t* qsl = query_start_loc_.ptr<int32_t>();
   int32_t* lens = seq_lens_.ptr<int32_t>();
   int32_t* table = block_table_.ptr<int32_t>();
@@ -48,6 +50,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
       const int p = e.start + i;
       tok[t] = s.token(p);
       pos[t] = p;
+      req[t] = r;
       slot[t] = int64_t(s.blocks[size_t(p / block_size_)]) * block_size_ + p % block_size_;
     }
     if (e.sample) sample[n_sample++] = t - 1;
@@ -66,6 +69,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
     tok[i] = 0;
     pos[i] = 0;
     slot[i] = -1;
+    req[i] = 0;
   }
   for (int r = n_seqs; r < prev_seqs_; ++r) {
     std::fill_n(table + size_t(r) * max_blocks_, rows_[size_t(r)].n_blocks, 0);
@@ -86,6 +90,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   batch_.attn.positions = view(positions_, t);
   batch_.attn.block_table = block_table_.view().rows(0, n_seqs);
   batch_.attn.slot_mapping = view(slot_mapping_, t);
+  batch_.attn.req_id_per_token = view(req_id_per_token_, t);
   batch_.logits_indices = view(logits_indices_, n_sample);
   batch_.max_query_len = max_q;
   return batch_;

@@ -4,13 +4,14 @@
 //   token_ids       [max_num_batched_tokens] I32
 //   positions       [max_num_batched_tokens] I32
 //   slot_mapping    [max_num_batched_tokens] I64
+//   req_id_per_token [max_num_batched_tokens] I32 (the batch row of each token)
 //   query_start_loc [max_num_seqs + 1] I32
 //   seq_lens        [max_num_seqs] I32
 //   block_table     [max_num_seqs, max_blocks_per_seq] I32
 //   logits_indices  [max_num_seqs] I32   (the sampled rows)
 // Each step writes only the live extent; block-table rows are rewritten only where the sequence in
 // that row or its block list changed (appended blocks are written alone). When the live extent
-// shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, table row 0),
+// shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, request row 0, table row 0),
 // so a kernel that reads a padded batch (CUDA graphs) never sees a stale slot; the rest is never
 // filled. The same builder feeds the CPU and CUDA backends (a device copy follows on GPU).
 #pragma once
@@ -36,8 +37,8 @@ class StepInputs {
 
  private:
   int max_tokens_, max_seqs_, max_blocks_, block_size_;
-  Buffer token_ids_, positions_, slot_mapping_, query_start_loc_, seq_lens_, block_table_,
-      logits_indices_;
+  Buffer token_ids_, positions_, slot_mapping_, req_id_per_token_, query_start_loc_, seq_lens_,
+      block_table_, logits_indices_;
   struct Row {
     uint64_t seq_id = ~0ull;
     uint64_t epoch = 0;

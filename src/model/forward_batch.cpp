@@ -22,6 +22,7 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
   seq_lens_ = Buffer(DType::I32, {n_seqs});
   block_table_ = Buffer::zeros(DType::I32, {n_seqs, max_blocks});
   slots_ = Buffer(DType::I64, {n_tokens});
+  req_ids_ = Buffer(DType::I32, {n_tokens});
   logits_indices_ = Buffer(DType::I32, {n_logits});
   int64_t t = 0, li = 0;
   int max_q = 0;
@@ -34,6 +35,7 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
     for (size_t i = 0; i < q.tokens.size(); ++i, ++t) {
       const int32_t pos = q.start_pos + int32_t(i);
       token_ids_.ptr<int32_t>()[t] = q.tokens[i];
+      req_ids_.ptr<int32_t>()[t] = int32_t(s);
       positions_.ptr<int32_t>()[t] = pos;
       slots_.ptr<int64_t>()[t] = int64_t(q.blocks[size_t(pos / block_size)]) * block_size + pos % block_size;
       if (q.all_logits || i + 1 == q.tokens.size()) logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
@@ -42,7 +44,7 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
   qsl_.ptr<int32_t>()[n_seqs] = int32_t(t);
   batch_.token_ids = token_ids_;
   batch_.attn = AttentionMeta{int(n_seqs), int(n_tokens), block_size, qsl_, seq_lens_,
-                              positions_, block_table_, slots_};
+                              positions_, block_table_, slots_, req_ids_};
   batch_.logits_indices = logits_indices_;
   batch_.max_query_len = max_q;
 }

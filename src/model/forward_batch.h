@@ -34,7 +34,7 @@ class OwnedBatch {
   int64_t n_logits() const { return batch_.logits_indices.numel(); }
 
  private:
-  Buffer token_ids_, positions_, qsl_, seq_lens_, block_table_, slots_, logits_indices_;
+  Buffer token_ids_, positions_, qsl_, seq_lens_, block_table_, slots_, req_ids_, logits_indices_;
   ForwardBatch batch_;
 };
 

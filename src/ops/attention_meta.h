@@ -5,6 +5,8 @@
 //                   context positions 0..positions[t] (causal)
 //   block_table     [n_seqs, max_blocks] I32: physical block of each 64-token logical block
 //   slot_mapping    [n_tokens] I64: cache slot (block · block_size + offset) each new token writes
+//   req_id_per_token [n_tokens] I32: the batch row (sequence) of each token, so a kernel over
+//                   tokens finds its sequence without searching query_start_loc
 #pragma once
 
 #include "core/tensor.h"
@@ -20,6 +22,7 @@ struct AttentionMeta {
   Tensor positions;
   Tensor block_table;
   Tensor slot_mapping;
+  Tensor req_id_per_token;
 };
 
 }  // namespace osprey

@@ -33,6 +33,8 @@ TEST(StepInputs, BuildsTheMetadata) {
   const int64_t* slot = fb.attn.slot_mapping.ptr<int64_t>();
   // a's positions 4, 5 live in its second block (2): slots 8, 9. b's 0, 1 in block 5: 20, 21.
   EXPECT_EQ(std::vector<int64_t>(slot, slot + 4), (std::vector<int64_t>{8, 9, 20, 21}));
+  const int32_t* req = fb.attn.req_id_per_token.ptr<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(req, req + 4), (std::vector<int32_t>{0, 0, 1, 1}));
   EXPECT_EQ(fb.attn.query_start_loc.ptr<int32_t>()[1], 2);
   EXPECT_EQ(fb.attn.query_start_loc.ptr<int32_t>()[2], 4);
   EXPECT_EQ(fb.attn.seq_lens.ptr<int32_t>()[0], 6);

@@ -139,14 +139,14 @@ inline Batch make_batch(const std::vector<int>& ctx, const std::vector<int>& n_n
   }
   b.qsl.ptr<int32_t>()[n_seqs] = t;
   b.host = AttentionMeta{n_seqs, n_tokens, block_size, b.qsl, b.seq_lens, b.positions, b.block_table,
-                         b.slot_mapping};
+                         b.slot_mapping, {}};
   b.d_qsl = cuda::to_device(b.qsl);
   b.d_seq_lens = cuda::to_device(b.seq_lens);
   b.d_positions = cuda::to_device(b.positions);
   b.d_block_table = cuda::to_device(b.block_table);
   b.d_slot_mapping = cuda::to_device(b.slot_mapping);
   b.dev = AttentionMeta{n_seqs, n_tokens, block_size, b.d_qsl, b.d_seq_lens, b.d_positions,
-                        b.d_block_table, b.d_slot_mapping};
+                        b.d_block_table, b.d_slot_mapping, {}};
   return b;
 }
 

@@ -28,7 +28,7 @@ TEST(OpsCpu, IndexerTopkTiesTakeLowerPositionsAndPad) {
   pos.ptr<int32_t>()[0] = 5;
   bt.ptr<int32_t>()[0] = 0;
   slots.ptr<int64_t>()[0] = 5;
-  AttentionMeta m{1, 1, 64, qsl, seq_lens, pos, bt, slots};
+  AttentionMeta m{1, 1, 64, qsl, seq_lens, pos, bt, slots, {}};
   Buffer out(DType::I32, {1, topk});
   ops::indexer_topk(out, q, w, cache, m, 1.0f);
   const std::vector<int32_t> want = {0, 1, 2, 3, 4, 5, -1, -1};
