@@ -140,6 +140,8 @@ int Canvas::text_width(std::string_view s, int scale) {
   return s.empty() ? 0 : (int(s.size()) * kAdvance - 1) * scale;
 }
 
-int Canvas::text_height(int scale) { return kGlyphH * scale; }
+int Canvas::text_height(int scale) {
+  return kGlyphH * scale;
+}
 
 }  // namespace osprey::bench

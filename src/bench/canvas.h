@@ -21,7 +21,7 @@ class Canvas {
   const std::vector<uint8_t>& pixels() const { return rgb_; }  // [height, width, 3]
   Rgb at(int x, int y) const;
 
-  void set(int x, int y, Rgb c);  // ignores points outside
+  void set(int x, int y, Rgb c);                          // ignores points outside
   void fill_rect(int x0, int y0, int x1, int y1, Rgb c);  // inclusive corners, any order
   void line(int x0, int y0, int x1, int y1, Rgb c);
   // Text with its top-left corner at (x, y); each font pixel drawn as scale × scale.

@@ -22,12 +22,14 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-constexpr size_t kReadChunkBytes = 16 * 1024;   // body bytes taken from the parser per read
-constexpr size_t kErrorBodyBytes = 4 * 1024;    // of a failed response's body, kept for the message
-constexpr size_t kErrorExcerptChars = 300;      // of it, shown in an error message
+constexpr size_t kReadChunkBytes = 16 * 1024;  // body bytes taken from the parser per read
+constexpr size_t kErrorBodyBytes = 4 * 1024;   // of a failed response's body, kept for the message
+constexpr size_t kErrorExcerptChars = 300;     // of it, shown in an error message
 constexpr const char* kUserAgent = "osprey-bench";
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 Clock::duration to_duration(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -138,7 +140,9 @@ asio::awaitable<void> stream_one(Run& run, size_t i) {
   r.start = seconds(sent - run.start);
   const Clock::time_point deadline = sent + to_duration(run.options->request_timeout_s);
   const BaseUrl& base = run.target->base;
-  const auto use = [](beast::error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); };
+  const auto use = [](beast::error_code& ec) {
+    return asio::redirect_error(asio::use_awaitable, ec);
+  };
 
   beast::tcp_stream stream(co_await asio::this_coro::executor);
   beast::error_code ec;
@@ -185,7 +189,8 @@ asio::awaitable<void> stream_one(Run& run, size_t i) {
     const Clock::time_point now = Clock::now();
     const size_t n = chunk.size() - parser.get().body().size;
     if (status != 200) {
-      error_body.append(chunk.data(), std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, error_body.size())));
+      error_body.append(chunk.data(), std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes,
+                                                                             error_body.size())));
     } else if (n > 0) {
       events.clear();
       sse.feed(std::string_view(chunk.data(), n), events);

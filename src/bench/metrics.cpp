@@ -19,7 +19,8 @@ ServeMetrics compute_metrics(const std::vector<RequestResult>& results, double d
       continue;
     }
     ++m.completed;
-    m.total_input += r.usage_prompt_tokens && r.prompt_len == 0 ? *r.usage_prompt_tokens : r.prompt_len;
+    m.total_input +=
+        r.usage_prompt_tokens && r.prompt_len == 0 ? *r.usage_prompt_tokens : r.prompt_len;
     m.total_output += r.output_tokens;
     ttft.push_back(r.ttft * 1e3);
     e2el.push_back(r.latency * 1e3);
@@ -55,7 +56,8 @@ constexpr int kWidth = 50;  // the table's width, as vLLM's
 
 void title(std::string& out, const std::string& text, char fill) {
   const int pad = std::max(0, kWidth - int(text.size()));
-  out += std::string(size_t(pad / 2), fill) + text + std::string(size_t(pad - pad / 2), fill) + "\n";
+  out +=
+      std::string(size_t(pad / 2), fill) + text + std::string(size_t(pad - pad / 2), fill) + "\n";
 }
 
 void row(std::string& out, const std::string& label, const std::string& value) {
@@ -89,7 +91,8 @@ std::string format_report(const ServeMetrics& m, const ReportHeader& h) {
   title(out, " Serving Benchmark Result ", '=');
   row(out, "Successful requests:", std::to_string(m.completed));
   row(out, "Failed requests:", std::to_string(m.failed));
-  if (h.max_concurrency) row(out, "Maximum request concurrency:", std::to_string(*h.max_concurrency));
+  if (h.max_concurrency)
+    row(out, "Maximum request concurrency:", std::to_string(*h.max_concurrency));
   if (!std::isinf(h.request_rate)) row(out, "Request rate configured (RPS):", num(h.request_rate));
   row(out, "Benchmark duration (s):", num(m.duration_s));
   row(out, "Total input tokens:", std::to_string(m.total_input));

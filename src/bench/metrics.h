@@ -23,11 +23,11 @@ struct ServeMetrics {
   size_t completed = 0, failed = 0;
   double duration_s = 0;
   long long total_input = 0, total_output = 0;
-  double request_throughput = 0;       // completed requests / s
-  double output_throughput = 0;        // generated tokens / s
-  double total_token_throughput = 0;   // (prompt + generated tokens) / s
-  int peak_concurrency = 0;            // most requests in flight at once
-  std::vector<double> percentiles;     // which percentiles the summaries hold, e.g. {99}
+  double request_throughput = 0;      // completed requests / s
+  double output_throughput = 0;       // generated tokens / s
+  double total_token_throughput = 0;  // (prompt + generated tokens) / s
+  int peak_concurrency = 0;           // most requests in flight at once
+  std::vector<double> percentiles;    // which percentiles the summaries hold, e.g. {99}
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   std::optional<StepTimes> step;
 };

@@ -100,7 +100,8 @@ void draw_panel(Canvas& c, int top, const HistogramPanel& p) {
     double v;
     Rgb color;
   };
-  const Marker markers[] = {{"MEDIAN", s.median, kMedian}, {"P99", p99, kP99}, {"MEAN", s.mean, kMean}};
+  const Marker markers[] = {
+      {"MEDIAN", s.median, kMedian}, {"P99", p99, kP99}, {"MEAN", s.mean, kMean}};
   int lx = x1;
   std::string tail;
   if (beyond) tail = str_cat('+', beyond, " ABOVE ", fixed(hi));

@@ -83,7 +83,8 @@ std::vector<uint8_t> encode_png(int width, int height, std::span<const uint8_t> 
   std::vector<uint8_t> ihdr;
   put_u32_be(ihdr, static_cast<uint32_t>(width));
   put_u32_be(ihdr, static_cast<uint32_t>(height));
-  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // bit depth 8, colour type RGB, deflate, no filter, no interlace
+  ihdr.insert(ihdr.end(),
+              {8, 2, 0, 0, 0});  // bit depth 8, colour type RGB, deflate, no filter, no interlace
   chunk(out, "IHDR", ihdr);
   chunk(out, "IDAT", z);
   chunk(out, "IEND", {});

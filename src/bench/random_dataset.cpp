@@ -123,16 +123,16 @@ std::vector<DatasetPrompt> random_prompts(const tokenizer::Tokenizer& tok,
 std::vector<DatasetPrompt> random_prompts_approximate(const RandomDatasetOptions& o) {
   validate(o);
   static constexpr const char* kWords[] = {
-      "the",   "of",    "and",   "to",    "in",    "is",    "that",  "for",   "it",   "as",
-      "was",   "with",  "be",    "by",    "on",    "not",   "he",    "this",  "are",  "or",
-      "his",   "from",  "at",    "which", "but",   "have",  "an",    "had",   "they", "you",
-      "were",  "their", "one",   "all",   "we",    "can",   "her",   "has",   "there", "been",
-      "if",    "more",  "when",  "will",  "would", "who",   "so",    "no",    "time", "out",
-      "up",    "about", "into",  "than",  "its",   "only",  "other", "new",   "some", "could",
-      "these", "two",   "may",   "first", "then",  "do",    "any",   "like",  "my",   "now",
-      "over",  "such",  "our",   "man",   "me",    "even",  "most",  "made",  "after", "also",
-      "did",   "many",  "before", "must", "through", "back", "years", "where", "much", "your",
-      "way",   "well",  "down",  "should", "because", "each", "just", "those", "people", "how"};
+      "the",   "of",    "and",    "to",     "in",      "is",   "that",  "for",   "it",     "as",
+      "was",   "with",  "be",     "by",     "on",      "not",  "he",    "this",  "are",    "or",
+      "his",   "from",  "at",     "which",  "but",     "have", "an",    "had",   "they",   "you",
+      "were",  "their", "one",    "all",    "we",      "can",  "her",   "has",   "there",  "been",
+      "if",    "more",  "when",   "will",   "would",   "who",  "so",    "no",    "time",   "out",
+      "up",    "about", "into",   "than",   "its",     "only", "other", "new",   "some",   "could",
+      "these", "two",   "may",    "first",  "then",    "do",   "any",   "like",  "my",     "now",
+      "over",  "such",  "our",    "man",    "me",      "even", "most",  "made",  "after",  "also",
+      "did",   "many",  "before", "must",   "through", "back", "years", "where", "much",   "your",
+      "way",   "well",  "down",   "should", "because", "each", "just",  "those", "people", "how"};
   std::vector<DatasetPrompt> prompts = plan_lengths(o);
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::mt19937_64 rng(prompt_seed(o.seed, i));

@@ -33,10 +33,10 @@ struct RandomDatasetOptions {
 
 struct DatasetPrompt {
   std::string text;
-  int prompt_len = 0;  // target tokens (= the encoded length when exact)
-  int encoded_len = 0; // what the tokenizer gives for `text`
+  int prompt_len = 0;   // target tokens (= the encoded length when exact)
+  int encoded_len = 0;  // what the tokenizer gives for `text`
   int output_len = 0;
-  int rounds = 0;      // decode/encode rounds it took
+  int rounds = 0;  // decode/encode rounds it took
 };
 
 // Throws osprey::Error for lengths < 1, range_ratio outside [0, 1), or a tokenizer with no

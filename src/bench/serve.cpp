@@ -66,8 +66,10 @@ std::string now_iso8601() {
 }
 
 json summary_json(const Summary& s, const std::vector<double>& percentiles) {
-  json j = {{"mean", s.mean}, {"median", s.median}, {"std", s.stddev}, {"min", s.min}, {"max", s.max}};
-  for (size_t i = 0; i < percentiles.size(); ++i) j[percentile_label(percentiles[i])] = s.percentiles[i];
+  json j = {
+      {"mean", s.mean}, {"median", s.median}, {"std", s.stddev}, {"min", s.min}, {"max", s.max}};
+  for (size_t i = 0; i < percentiles.size(); ++i)
+    j[percentile_label(percentiles[i])] = s.percentiles[i];
   return j;
 }
 
@@ -76,7 +78,8 @@ void add_flat(json& j, const std::string& name, const Summary& s, const std::vec
   j["mean_" + name + "_ms"] = s.mean;
   j["median_" + name + "_ms"] = s.median;
   j["std_" + name + "_ms"] = s.stddev;
-  for (size_t i = 0; i < ps.size(); ++i) j[percentile_label(ps[i]) + "_" + name + "_ms"] = s.percentiles[i];
+  for (size_t i = 0; i < ps.size(); ++i)
+    j[percentile_label(ps[i]) + "_" + name + "_ms"] = s.percentiles[i];
 }
 
 json result_json(const ServeOptions& o, const ServeResult& r, size_t inexact_prompts) {
@@ -117,8 +120,8 @@ json result_json(const ServeOptions& o, const ServeResult& r, size_t inexact_pro
   add_flat(j, "itl", m.itl_ms, m.percentiles);
   add_flat(j, "e2el", m.e2el_ms, m.percentiles);
   if (m.step)
-    j["server_step"] = {{"steps", m.step->steps}, {"total_s", m.step->total_s},
-                        {"mean_ms", m.step->mean_ms()}};
+    j["server_step"] = {
+        {"steps", m.step->steps}, {"total_s", m.step->total_s}, {"mean_ms", m.step->mean_ms()}};
   // vLLM's per-request lists (seconds), then ours with everything.
   json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(),
        itls = json::array(), errors = json::array(), requests = json::array();
@@ -155,7 +158,8 @@ std::filesystem::path tokenizer_path(const ServeOptions& o) {
   if (!o.tokenizer.empty()) return o.tokenizer;
   // Like vLLM, the model name may be a local folder holding the tokenizer.
   std::error_code ec;
-  if (!o.model.empty() && std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json", ec))
+  if (!o.model.empty() &&
+      std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json", ec))
     return o.model;
   return {};
 }
@@ -164,8 +168,8 @@ std::filesystem::path tokenizer_path(const ServeOptions& o) {
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> p = {
-      {"dsv32-5k", "DeepSeek-V3.2 serving workload: 5000 in / 500 out / 64 concurrent", 5000, 500, 64,
-       320},
+      {"dsv32-5k", "DeepSeek-V3.2 serving workload: 5000 in / 500 out / 64 concurrent", 5000, 500,
+       64, 320},
   };
   return p;
 }
@@ -181,12 +185,9 @@ const Preset& find_preset(const std::string& name) {
 
 std::string request_body(const ServeOptions& o, const std::string& model, const std::string& prompt,
                          int max_tokens) {
-  json j = {{"model", model},
-            {"max_tokens", max_tokens},
-            {"temperature", 0.0},
-            {"ignore_eos", true},
-            {"stream", true},
-            {"stream_options", {{"include_usage", true}}}};
+  json j = {{"model", model},     {"max_tokens", max_tokens},
+            {"temperature", 0.0}, {"ignore_eos", true},
+            {"stream", true},     {"stream_options", {{"include_usage", true}}}};
   if (o.endpoint.ends_with("/chat/completions"))
     j["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
   else
@@ -240,8 +241,9 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
   std::printf("Built %zu random prompts (input %d, output %d, range ratio %g) in %.2f s%s\n",
               prompts.size(), o.input_len, o.output_len, o.range_ratio,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              exact ? (inexact ? str_cat(", ", inexact, " not token-exact").c_str() : ", token-exact")
-                    : ", approximate lengths");
+              exact
+                  ? (inexact ? str_cat(", ", inexact, " not token-exact").c_str() : ", token-exact")
+                  : ", approximate lengths");
 
   RunOptions run;
   run.endpoint = o.endpoint;
@@ -267,8 +269,8 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
   result.requests = std::move(outcome.results);
   result.metrics = compute_metrics(result.requests, outcome.duration_s, o.percentiles);
   if (have_after && steps_after.count > steps_before.count)
-    result.metrics.step = StepTimes{steps_after.count - steps_before.count,
-                                    steps_after.sum - steps_before.sum};
+    result.metrics.step =
+        StepTimes{steps_after.count - steps_before.count, steps_after.sum - steps_before.sum};
 
   ReportHeader header;
   if (o.max_concurrency > 0) header.max_concurrency = o.max_concurrency;

@@ -40,7 +40,8 @@ void SseParser::line(std::string_view l, std::vector<std::string>& events) {
   if (l.front() == ':') return;  // comment
   const size_t colon = l.find(':');
   std::string_view field = l.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? std::string_view{} : l.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view{} : l.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (field != "data") return;
   if (has_data_) data_.push_back('\n');

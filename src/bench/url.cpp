@@ -10,7 +10,8 @@ BaseUrl parse_base_url(const std::string& url) {
   std::string_view u = url;
   if (u.starts_with("https://"))
     fail("--base-url '", url, "': https is not supported; use http:// (or a local TLS proxy)");
-  if (u.starts_with("http://")) u.remove_prefix(7);
+  if (u.starts_with("http://"))
+    u.remove_prefix(7);
   else if (u.find("://") != std::string_view::npos)
     fail("--base-url '", url, "': only http:// URLs are supported");
   BaseUrl b;
@@ -27,7 +28,8 @@ BaseUrl parse_base_url(const std::string& url) {
     const size_t close = hostport.find(']');
     if (close == std::string_view::npos) fail("--base-url '", url, "': unclosed '[' in the host");
     host = hostport.substr(1, close - 1);
-    if (close + 1 < hostport.size() && hostport[close + 1] == ':') port = hostport.substr(close + 2);
+    if (close + 1 < hostport.size() && hostport[close + 1] == ':')
+      port = hostport.substr(close + 2);
   } else if (const size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
     host = hostport.substr(0, colon);
     port = hostport.substr(colon + 1);

@@ -17,7 +17,8 @@ struct Args {
 };
 
 void run(const Args& a) {
-  if (a.preset.empty() == a.config.empty()) fail("make-model needs exactly one of --preset or --config");
+  if (a.preset.empty() == a.config.empty())
+    fail("make-model needs exactly one of --preset or --config");
   ModelConfig c = a.preset.empty() ? ModelConfig::from_file(a.config) : preset_config(a.preset);
   if (a.layers > 0) c.num_hidden_layers = a.layers;
   MakeModelOptions o;
@@ -45,7 +46,8 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--out", args->out, "output folder")->required();
   sub->add_option("--seed", args->seed, "random seed (same seed, same weights)");
   sub->add_option("--dtype", args->dtype, "bf16 | f32 for unquantized tensors");
-  sub->add_flag("--fp8", args->fp8, "quantize linear weights to FP8 e4m3 with 128x128 block scales");
+  sub->add_flag("--fp8", args->fp8,
+                "quantize linear weights to FP8 e4m3 with 128x128 block scales");
   sub->add_flag("--ue8m0", args->ue8m0, "FP8 with power-of-two (ue8m0) scales");
   sub->add_option("--layers", args->layers, "override num_hidden_layers");
   sub->add_option("--shard-gb", args->shard_gb, "largest shard size in GiB");

@@ -17,5 +17,4 @@ struct CommandRegistrar {
 
 }  // namespace osprey::cli
 
-#define OSPREY_REGISTER_COMMAND(fn) \
-  static ::osprey::cli::CommandRegistrar osprey_registrar_##fn(fn)
+#define OSPREY_REGISTER_COMMAND(fn) static ::osprey::cli::CommandRegistrar osprey_registrar_##fn(fn)

@@ -40,7 +40,9 @@ template <typename... Args>
 
 }  // namespace osprey
 
-#define OSPREY_CHECK(cond, ...)                                                             \
-  do {                                                                                      \
-    if (!(cond)) ::osprey::check_failed(#cond, __FILE__, __LINE__, ::osprey::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
+#define OSPREY_CHECK(cond, ...)                                                 \
+  do {                                                                          \
+    if (!(cond))                                                                \
+      ::osprey::check_failed(#cond, __FILE__, __LINE__,                         \
+                             ::osprey::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

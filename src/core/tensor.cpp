@@ -37,15 +37,18 @@ Tensor Tensor::reshape(Shape s) const {
   return t;
 }
 
-void Buffer::Free::operator()(void* p) const { std::free(p); }
+void Buffer::Free::operator()(void* p) const {
+  std::free(p);
+}
 
 Buffer::Buffer(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   size_t bytes = size_t(shape_numel(shape_)) * dtype_size(dtype);
   bytes = (bytes + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) fail("out of host memory allocating ", bytes, " bytes for a tensor of shape ",
-               shape_str(shape_));
+  if (!p)
+    fail("out of host memory allocating ", bytes, " bytes for a tensor of shape ",
+         shape_str(shape_));
   data_.reset(p);
 }
 

@@ -41,7 +41,8 @@ void RequestStream::push(RequestOutput out) {
 }
 
 AsyncEngine::AsyncEngine(const DeepseekModel& model, const EngineConfig& cfg,
-                         TextDecoderFactory decoders, std::function<void(const EngineStats&)> on_step)
+                         TextDecoderFactory decoders,
+                         std::function<void(const EngineStats&)> on_step)
     : engine_(model, cfg, std::move(decoders)), on_step_(std::move(on_step)) {
   stats_ = engine_.stats();
   thread_ = std::thread([this] { loop(); });

@@ -20,8 +20,8 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
   if (o.dummy_weights) {
     // Random weights for the config: written to a scratch folder, loaded, removed.
     const ModelConfig c = ModelConfig::from_file(dir);
-    const fs::path tmp = fs::temp_directory_path() /
-                         ("osprey-dummy-" + std::to_string(::getpid()) + "-" + std::to_string(o.dummy_seed));
+    const fs::path tmp = fs::temp_directory_path() / ("osprey-dummy-" + std::to_string(::getpid()) +
+                                                      "-" + std::to_string(o.dummy_seed));
     MakeModelOptions mo;
     mo.seed = o.dummy_seed;
     make_model(c, tmp.string(), mo);
@@ -40,7 +40,9 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
       fmt = tokenizer::detect_chat_format(dir, *b.tokenizer);
     } else {
       const auto f = tokenizer::parse_chat_format(o.chat_format);
-      if (!f) fail("unknown chat format '", o.chat_format, "' (auto, deepseek-v3, deepseek-v3.1, simple)");
+      if (!f)
+        fail("unknown chat format '", o.chat_format,
+             "' (auto, deepseek-v3, deepseek-v3.1, simple)");
       fmt = *f;
     }
     b.chat = std::make_unique<tokenizer::ChatEncoder>(*b.tokenizer, fmt);

@@ -135,7 +135,8 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
-std::vector<Sequence*> Scheduler::commit(const StepPlan& plan, const std::vector<int32_t>& sampled) {
+std::vector<Sequence*> Scheduler::commit(const StepPlan& plan,
+                                         const std::vector<int32_t>& sampled) {
   OSPREY_CHECK(int(sampled.size()) == plan.num_sampled, "sampled ", sampled.size(), " tokens for ",
                plan.num_sampled, " rows");
   std::vector<Sequence*> done;
@@ -170,8 +171,10 @@ std::vector<Sequence*> Scheduler::commit(const StepPlan& plan, const std::vector
 
 void Scheduler::finish(Sequence* s, FinishReason reason) {
   if (s->finished()) return;
-  if (s->status == SeqStatus::Running) remove_running(s);
-  else waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
+  if (s->status == SeqStatus::Running)
+    remove_running(s);
+  else
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
   pool_.release(s->blocks);
   s->blocks.clear();
   ++s->blocks_epoch;

@@ -63,7 +63,7 @@ class Scheduler {
   int blocks_needed(int tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
   bool grow(Sequence* s, int tokens);  // allocate blocks to hold `tokens`; false if none left
   void preempt(Sequence* s);
-  void admit_prefix(Sequence* s);     // reuse cached blocks for a leading run of full blocks
+  void admit_prefix(Sequence* s);  // reuse cached blocks for a leading run of full blocks
   void cache_full_blocks(Sequence* s);
   void remove_running(Sequence* s);
 

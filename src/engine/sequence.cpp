@@ -4,10 +4,14 @@ namespace osprey {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Length: return "length";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Abort: return "abort";
-    case FinishReason::None: break;
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Abort:
+      return "abort";
+    case FinishReason::None:
+      break;
   }
   return "";
 }

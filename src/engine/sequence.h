@@ -27,11 +27,11 @@ struct Sequence {
   FinishReason finish = FinishReason::None;
   int32_t stop_token = -1;  // the stop token id that ended it, if any
 
-  int num_computed = 0;              // leading tokens whose KV entries are in the cache
-  std::vector<int32_t> blocks;       // physical blocks, in order
-  std::vector<BlockHash> hashes;     // prefix hashes of the leading full blocks (cached ones)
-  uint64_t blocks_epoch = 0;         // bumped whenever `blocks` changes other than by appending
-  int num_prefix_hit_tokens = 0;     // tokens served from the prefix cache at admission
+  int num_computed = 0;           // leading tokens whose KV entries are in the cache
+  std::vector<int32_t> blocks;    // physical blocks, in order
+  std::vector<BlockHash> hashes;  // prefix hashes of the leading full blocks (cached ones)
+  uint64_t blocks_epoch = 0;      // bumped whenever `blocks` changes other than by appending
+  int num_prefix_hit_tokens = 0;  // tokens served from the prefix cache at admission
   int num_preemptions = 0;
 
   int num_tokens() const { return int(prompt.size() + output.size()); }

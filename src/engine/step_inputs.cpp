@@ -59,7 +59,8 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
     size_t from = 0;
     if (row.seq_id == s.id && row.epoch == s.blocks_epoch && row.n_blocks <= s.blocks.size())
       from = row.n_blocks;
-    for (size_t b = from; b < s.blocks.size(); ++b) table[size_t(r) * max_blocks_ + b] = s.blocks[b];
+    for (size_t b = from; b < s.blocks.size(); ++b)
+      table[size_t(r) * max_blocks_ + b] = s.blocks[b];
     last_table_writes += int64_t(s.blocks.size() - from);
     row = {s.id, s.blocks_epoch, s.blocks.size()};
   }

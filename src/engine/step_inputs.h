@@ -11,9 +11,10 @@
 //   logits_indices  [max_num_seqs] I32   (the sampled rows)
 // Each step writes only the live extent; block-table rows are rewritten only where the sequence in
 // that row or its block list changed (appended blocks are written alone). When the live extent
-// shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, request row 0, table row 0),
-// so a kernel that reads a padded batch (CUDA graphs) never sees a stale slot; the rest is never
-// filled. The same builder feeds the CPU and CUDA backends (a device copy follows on GPU).
+// shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, request row 0,
+// table row 0), so a kernel that reads a padded batch (CUDA graphs) never sees a stale slot; the
+// rest is never filled. The same builder feeds the CPU and CUDA backends (a device copy follows on
+// GPU).
 #pragma once
 
 #include <cstdint>

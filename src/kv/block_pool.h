@@ -6,7 +6,8 @@
 // request with the same prefix reuses it instead of recomputing. A cached block that no sequence
 // holds stays in the cache on an LRU list and is evicted only when a fresh block is needed.
 //
-// Capacity questions ("do n more blocks fit?") are answered here; what runs is the scheduler's call.
+// Capacity questions ("do n more blocks fit?") are answered here; what runs is the scheduler's
+// call.
 #pragma once
 
 #include <cstdint>

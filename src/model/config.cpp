@@ -40,7 +40,8 @@ class Fields {
   int64_t integer(const char* key, int64_t dflt) const { return has(key) ? integer(key) : dflt; }
   int positive(const char* key) const {
     const int64_t v = integer(key);
-    if (v <= 0 || v > (int64_t(1) << 30)) bad(key, "must be a positive integer, got " + std::to_string(v));
+    if (v <= 0 || v > (int64_t(1) << 30))
+      bad(key, "must be a positive integer, got " + std::to_string(v));
     return int(v);
   }
   int positive(const char* key, int dflt) const { return has(key) ? positive(key) : dflt; }
@@ -239,10 +240,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
       f.bad("num_experts_per_tok", "(" + std::to_string(c.num_experts_per_tok) +
                                        ") exceeds the experts the groups allow (topk_group " +
                                        std::to_string(c.topk_group) + " x " +
-                                       std::to_string(per_group) + " per group = " +
-                                       std::to_string(reachable) + ")");
+                                       std::to_string(per_group) +
+                                       " per group = " + std::to_string(reachable) + ")");
     if (c.topk_method == TopkMethod::NoauxTc && per_group < 2)
-      f.bad("n_group", "leaves fewer than 2 experts per group; noaux_tc scores a group by its top 2");
+      f.bad("n_group",
+            "leaves fewer than 2 experts per group; noaux_tc scores a group by its top 2");
   }
 
   c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
@@ -251,7 +253,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.bos_token_id = int(f.integer("bos_token_id", v2 ? 1 : 0));
   if (f.has("eos_token_id") && j.at("eos_token_id").is_array()) {
     const json& e = j.at("eos_token_id");
-    if (e.empty() || !e[0].is_number_integer()) f.bad("eos_token_id", "must be an id or a list of ids");
+    if (e.empty() || !e[0].is_number_integer())
+      f.bad("eos_token_id", "must be an id or a list of ids");
     c.eos_token_id = e[0].get<int>();
   } else {
     c.eos_token_id = int(f.integer("eos_token_id", v2 ? 2 : 1));
@@ -266,8 +269,9 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     c.index_head_dim = f.positive("index_head_dim", 128);
     c.index_topk = f.positive("index_topk", 2048);
     if (c.index_head_dim < c.qk_rope_head_dim)
-      f.bad("index_head_dim", "must be at least qk_rope_head_dim (its first qk_rope_head_dim "
-                              "dims carry rope)");
+      f.bad("index_head_dim",
+            "must be at least qk_rope_head_dim (its first qk_rope_head_dim "
+            "dims carry rope)");
     if (c.q_lora_rank == 0) f.bad("q_lora_rank", "is null, but deepseek_v32 needs q LoRA");
     c.rope_interleave = true;
   }

@@ -9,15 +9,23 @@ namespace osprey {
 void save_npy(const std::string& path, Tensor t) {
   const char* descr = nullptr;
   switch (t.dtype) {
-    case DType::F32: descr = "<f4"; break;
-    case DType::I32: descr = "<i4"; break;
-    case DType::I64: descr = "<i8"; break;
-    default: fail("save_npy: dtype ", dtype_name(t.dtype), " is not supported");
+    case DType::F32:
+      descr = "<f4";
+      break;
+    case DType::I32:
+      descr = "<i4";
+      break;
+    case DType::I64:
+      descr = "<i8";
+      break;
+    default:
+      fail("save_npy: dtype ", dtype_name(t.dtype), " is not supported");
   }
   std::string shape = "(";
   for (size_t i = 0; i < t.shape.size(); ++i) shape += std::to_string(t.shape[i]) + ",";
   shape += ")";
-  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   while ((10 + header.size() + 1) % 64) header.push_back(' ');
   header.push_back('\n');
   FILE* f = std::fopen(path.c_str(), "wb");

@@ -33,7 +33,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   size_ = size_t(st.st_size);
   if (size_ < 8) {
     ::close(fd);
-    fail(path, ": truncated safetensors file (", size_, " bytes, less than the 8-byte header length)");
+    fail(path, ": truncated safetensors file (", size_,
+         " bytes, less than the 8-byte header length)");
   }
   map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -139,7 +140,8 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
       std::map<std::string, size_t> shard_index;
       std::vector<std::pair<std::string, std::string>> wanted;
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-        if (!it.value().is_string()) fail(index.string(), ": weight_map['", it.key(), "'] is not a file name");
+        if (!it.value().is_string())
+          fail(index.string(), ": weight_map['", it.key(), "'] is not a file name");
         const std::string shard = it.value().get<std::string>();
         if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
           fail(index.string(), ": shard name '", shard, "' must be a plain file name");
@@ -153,7 +155,8 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
       for (const auto& [name, shard] : wanted) {
         const size_t i = shard_index[shard];
         if (!files_[i]->contains(name))
-          fail(index.string(), " places tensor '", name, "' in ", shard, ", which does not hold it");
+          fail(index.string(), " places tensor '", name, "' in ", shard,
+               ", which does not hold it");
         where_[name] = i;
       }
       return;

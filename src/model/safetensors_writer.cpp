@@ -36,12 +36,13 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::write(const std::string& name, const void* data, size_t bytes) {
-  while (next_ < decls_.size() && written_ == decls_[next_].nbytes() && decls_[next_].name != name) {
+  while (next_ < decls_.size() && written_ == decls_[next_].nbytes() &&
+         decls_[next_].name != name) {
     ++next_;
     written_ = 0;
   }
-  OSPREY_CHECK(next_ < decls_.size() && decls_[next_].name == name,
-               "tensor ", name, " written out of the declared order in ", path_);
+  OSPREY_CHECK(next_ < decls_.size() && decls_[next_].name == name, "tensor ", name,
+               " written out of the declared order in ", path_);
   OSPREY_CHECK(written_ + bytes <= decls_[next_].nbytes(), "too many bytes for ", name);
   if (bytes && std::fwrite(data, 1, bytes, f_) != bytes)
     fail("write error on ", path_, " (disk full?)");

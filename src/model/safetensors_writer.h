@@ -32,11 +32,12 @@ class SafetensorsWriter {
   std::string path_;
   std::vector<TensorDecl> decls_;
   FILE* f_ = nullptr;
-  size_t next_ = 0;         // index of the tensor being written
-  size_t written_ = 0;      // bytes of it written so far
+  size_t next_ = 0;     // index of the tensor being written
+  size_t written_ = 0;  // bytes of it written so far
 };
 
-void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace osprey

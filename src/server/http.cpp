@@ -2,9 +2,9 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -24,15 +24,24 @@ using tcp = net::ip::tcp;
 namespace {
 const char* reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "";
   }
 }
 }  // namespace
@@ -40,7 +49,9 @@ const char* reason(int status) {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket s, const Handler& h, size_t max_body)
-      : socket_(std::move(s)), strand_(net::make_strand(socket_.get_executor())), handler_(h),
+      : socket_(std::move(s)),
+        strand_(net::make_strand(socket_.get_executor())),
+        handler_(h),
         max_body_(max_body) {}
 
   void start() {
@@ -52,10 +63,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->header_limit(64 * 1024);
     parser_->body_limit(max_body_);
-    http::async_read(socket_, buffer_, *parser_,
-                     net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_read(ec);
-                     }));
+    http::async_read(
+        socket_, buffer_, *parser_,
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          self->on_read(ec);
+        }));
   }
 
   void on_read(beast::error_code ec) {
@@ -108,7 +120,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     responded_ = true;
     streaming_ = true;
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
-    head += "Content-Type: " + type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+    head +=
+        "Content-Type: " + type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     enqueue(std::move(head));
   }
@@ -151,12 +164,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     writing_ = true;
-    net::async_write(socket_, net::buffer(queue_.front()),
-                     net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->queue_.pop_front();
-                       if (ec) return self->close();
-                       self->write_next();
-                     }));
+    net::async_write(
+        socket_, net::buffer(queue_.front()),
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          self->queue_.pop_front();
+          if (ec) return self->close();
+          self->write_next();
+        }));
   }
 
   // After a response is fully written: the next request, or close.
@@ -187,14 +201,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       linger_timer_->expires_after(std::chrono::seconds(3));
       linger_timer_->async_wait([self = shared_from_this()](beast::error_code) { self->close(); });
     }
-    socket_.async_read_some(net::buffer(discard_),
-                            net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (ec) {
-                                if (self->linger_timer_) self->linger_timer_->cancel();
-                                return self->close();
-                              }
-                              self->discard_until_eof();
-                            }));
+    socket_.async_read_some(
+        net::buffer(discard_),
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec) {
+            if (self->linger_timer_) self->linger_timer_->cancel();
+            return self->close();
+          }
+          self->discard_until_eof();
+        }));
   }
 
   // While a response is pending, notice a client that hangs up. Readiness alone can be spurious,
@@ -202,17 +217,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // data is a pipelined request (left for the next read).
   void watch_for_close() {
     if (dead_ || finished_ || read_pending_) return;
-    socket_.async_wait(tcp::socket::wait_read,
-                       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
-                         if (ec == net::error::operation_aborted) return;
-                         if (self->read_pending_ || self->dead_ || self->finished_) return;
-                         if (ec) return self->close();
-                         char c;
-                         const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-                         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                           return self->close();
-                         if (n < 0) self->watch_for_close();
-                       }));
+    socket_.async_wait(
+        tcp::socket::wait_read,
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
+          if (ec == net::error::operation_aborted) return;
+          if (self->read_pending_ || self->dead_ || self->finished_) return;
+          if (ec) return self->close();
+          char c;
+          const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return self->close();
+          if (n < 0) self->watch_for_close();
+        }));
   }
 
   void close() {
@@ -250,19 +266,26 @@ void Responder::respond(int status, const std::string& content_type, std::string
   });
 }
 void Responder::start_stream(int status, const std::string& content_type) {
-  net::dispatch(conn_->strand(), [c = conn_, status, content_type] { c->send_stream_head(status, content_type); });
+  net::dispatch(conn_->strand(),
+                [c = conn_, status, content_type] { c->send_stream_head(status, content_type); });
 }
 void Responder::write(std::string chunk) {
-  net::dispatch(conn_->strand(), [c = conn_, d = std::move(chunk)]() mutable { c->send_chunk(std::move(d)); });
+  net::dispatch(conn_->strand(),
+                [c = conn_, d = std::move(chunk)]() mutable { c->send_chunk(std::move(d)); });
 }
 void Responder::end() {
   net::dispatch(conn_->strand(), [c = conn_] { c->send_end(); });
 }
 void Responder::on_close(std::function<void()> fn) {
-  net::dispatch(conn_->strand(), [c = conn_, f = std::move(fn)]() mutable { c->set_close_cb(std::move(f)); });
+  net::dispatch(conn_->strand(),
+                [c = conn_, f = std::move(fn)]() mutable { c->set_close_cb(std::move(f)); });
 }
-void Responder::post(std::function<void()> fn) { net::post(conn_->strand(), std::move(fn)); }
-bool Responder::closed() const { return conn_->dead(); }
+void Responder::post(std::function<void()> fn) {
+  net::post(conn_->strand(), std::move(fn));
+}
+bool Responder::closed() const {
+  return conn_->dead();
+}
 
 HttpServer::HttpServer(const HttpServerOptions& opts, Handler handler)
     : opts_(opts), handler_(std::move(handler)), acceptor_(io_) {
@@ -279,7 +302,9 @@ HttpServer::HttpServer(const HttpServerOptions& opts, Handler handler)
   accept();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 void HttpServer::accept() {
   acceptor_.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket s) {

@@ -34,10 +34,13 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 Metrics::Metrics()
-    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}),
-      itl_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}),
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+             20, 40, 80}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+            0.075, 0.1,    0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1,    2.5}),
       e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}),
-      step_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1}) {}
+      step_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25,
+             0.5, 1}) {}
 
 void Metrics::observe_ttft(double s) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -67,32 +70,40 @@ void Metrics::request_failed() {
 std::string Metrics::render(const EngineStats& s) const {
   std::string o;
   auto gauge = [&](const char* name, const char* help, double v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + num(v) + "\n";
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+         num(v) + "\n";
   };
   auto counter = [&](const char* name, const char* help, double v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + num(v) + "\n";
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+         " " + num(v) + "\n";
   };
   gauge("osprey_num_requests_running", "Requests in the running batch.", s.num_running);
   gauge("osprey_num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
   gauge("osprey_kv_cache_usage_perc", "Fraction of KV cache blocks held by requests (0 to 1).",
         s.kv_blocks_total ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0);
-  gauge("osprey_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache / tokens looked up.",
+  gauge("osprey_prefix_cache_hit_rate",
+        "Prompt tokens served from the prefix cache / tokens looked up.",
         s.prefix_query_tokens ? double(s.prefix_hit_tokens) / double(s.prefix_query_tokens) : 0.0);
-  counter("osprey_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", double(s.prefix_query_tokens));
-  counter("osprey_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", double(s.prefix_hit_tokens));
+  counter("osprey_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          double(s.prefix_query_tokens));
+  counter("osprey_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          double(s.prefix_hit_tokens));
   counter("osprey_prompt_tokens_total", "Prompt tokens computed.", double(s.prompt_tokens_total));
   counter("osprey_generation_tokens_total", "Tokens generated.", double(s.generation_tokens_total));
   counter("osprey_num_preemptions_total", "Preemptions by recompute.", double(s.num_preemptions));
   std::lock_guard<std::mutex> lk(mu_);
-  o += "# HELP osprey_request_success_total Requests finished, by reason.\n# TYPE osprey_request_success_total counter\n";
+  o += "# HELP osprey_request_success_total Requests finished, by reason.\n# TYPE "
+       "osprey_request_success_total counter\n";
   for (const char* r : {"stop", "length", "abort"}) {
     auto it = success_.find(r);
     o += std::string("osprey_request_success_total{finished_reason=\"") + r + "\"} " +
          std::to_string(it == success_.end() ? 0 : it->second) + "\n";
   }
-  counter("osprey_request_failure_total", "Requests refused or failed (4xx/5xx).", double(failures_));
+  counter("osprey_request_failure_total", "Requests refused or failed (4xx/5xx).",
+          double(failures_));
   ttft_.render(o, "osprey_time_to_first_token_seconds", "Time from arrival to the first token.");
-  itl_.render(o, "osprey_inter_token_latency_seconds", "Time between successive outputs of a request.");
+  itl_.render(o, "osprey_inter_token_latency_seconds",
+              "Time between successive outputs of a request.");
   e2e_.render(o, "osprey_e2e_request_latency_seconds", "Time from arrival to the last token.");
   step_.render(o, "osprey_step_duration_seconds", "Duration of one engine step.");
   return o;

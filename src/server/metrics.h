@@ -1,5 +1,6 @@
 // Prometheus metrics of the server (text exposition format 0.0.4), under the osprey_ prefix:
-//   gauges     osprey_num_requests_running, osprey_num_requests_waiting, osprey_kv_cache_usage_perc,
+//   gauges     osprey_num_requests_running, osprey_num_requests_waiting,
+//   osprey_kv_cache_usage_perc,
 //              osprey_prefix_cache_hit_rate
 //   counters   osprey_prompt_tokens_total, osprey_generation_tokens_total,
 //              osprey_prefix_cache_queries_total, osprey_prefix_cache_hits_total (tokens),
@@ -21,7 +22,8 @@ namespace osprey::server {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
   void observe(double v);
   void render(std::string& out, const std::string& name, const std::string& help) const;
 

@@ -11,16 +11,22 @@ using nlohmann::json;
 
 std::string ApiError::type() const {
   switch (status) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 503: return "server_overloaded";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 503:
+      return "server_overloaded";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
 std::string ApiError::json() const {
-  nlohmann::json e = {{"message", what()}, {"type", type()},
+  nlohmann::json e = {{"message", what()},
+                      {"type", type()},
                       {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                       {"code", status}};
   return nlohmann::json{{"error", e}}.dump();
@@ -34,7 +40,8 @@ json parse_body(const std::string& body) {
   } catch (const json::parse_error& e) {
     const std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
-      throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(e.byte) + ")");
+      throw ApiError(400,
+                     "the request body is not valid UTF-8 (byte " + std::to_string(e.byte) + ")");
     throw ApiError(400, "the request body is not valid JSON: " + what);
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
@@ -48,7 +55,8 @@ class Fields {
  public:
   Fields(const json& j, std::set<std::string> allowed) : j_(j) {
     for (auto it = j.begin(); it != j.end(); ++it)
-      if (!allowed.count(it.key())) throw ApiError(400, "unrecognized request argument '" + it.key() + "'", it.key());
+      if (!allowed.count(it.key()))
+        throw ApiError(400, "unrecognized request argument '" + it.key() + "'", it.key());
   }
   bool has(const char* k) const { return j_.contains(k) && !j_.at(k).is_null(); }
   const json& at(const char* k) const { return j_.at(k); }
@@ -82,17 +90,35 @@ class Fields {
   const json& j_;
 };
 
-const std::set<std::string> kCommon = {
-    "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
-    "presence_penalty", "frequency_penalty", "user", "logit_bias", "top_k", "min_p",
-    "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens"};
+const std::set<std::string> kCommon = {"model",
+                                       "max_tokens",
+                                       "temperature",
+                                       "top_p",
+                                       "n",
+                                       "stream",
+                                       "stream_options",
+                                       "stop",
+                                       "seed",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "user",
+                                       "logit_bias",
+                                       "top_k",
+                                       "min_p",
+                                       "repetition_penalty",
+                                       "ignore_eos",
+                                       "min_tokens",
+                                       "stop_token_ids",
+                                       "skip_special_tokens"};
 
 constexpr int kMaxN = 16;
 
 void check_model(const Fields& f, const ServedModel& m, GenerationRequest& r) {
   r.model = f.string("model", m.name);
   if (r.model != m.name)
-    throw ApiError(404, "The model '" + r.model + "' does not exist; this server serves '" + m.name + "'", "model");
+    throw ApiError(
+        404, "The model '" + r.model + "' does not exist; this server serves '" + m.name + "'",
+        "model");
 }
 
 // The sampling fields shared by both endpoints.
@@ -166,29 +192,35 @@ void stream_fields(const Fields& f, GenerationRequest& r) {
 int n_choices(const Fields& f) {
   const int64_t n = f.integer("n", 1);
   if (n < 1 || n > kMaxN) f.bad("n", "must be between 1 and " + std::to_string(kMaxN));
-  if (f.has("best_of") && f.integer("best_of", n) != n) f.bad("best_of", "must equal n (no beam search)");
+  if (f.has("best_of") && f.integer("best_of", n) != n)
+    f.bad("best_of", "must equal n (no beam search)");
   return int(n);
 }
 
 // max_tokens against the context: a prompt + max_tokens beyond max_model_len is refused with the
 // lengths; no max_tokens means "up to the end of the context" (chat) or 16 (completions).
-void fit_length(Choice& c, const Fields& f, const char* key, int64_t dflt, const ServedModel& m, bool chat) {
+void fit_length(Choice& c, const Fields& f, const char* key, int64_t dflt, const ServedModel& m,
+                bool chat) {
   const int64_t plen = int64_t(c.prompt.size());
   if (plen >= m.max_model_len)
-    throw ApiError(400, "This model's maximum context length is " + std::to_string(m.max_model_len) +
-                            " tokens. However, your " + (chat ? "messages resulted in " : "prompt has ") +
-                            std::to_string(plen) + " tokens. Please reduce the length of the " +
-                            (chat ? "messages." : "prompt."),
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(m.max_model_len) +
+                       " tokens. However, your " +
+                       (chat ? "messages resulted in " : "prompt has ") + std::to_string(plen) +
+                       " tokens. Please reduce the length of the " +
+                       (chat ? "messages." : "prompt."),
                    chat ? "messages" : "prompt");
   int64_t max_tokens = dflt > 0 ? dflt : m.max_model_len - plen;
   if (f.has(key)) {
     max_tokens = f.integer(key, 0);
     if (max_tokens < 1) f.bad(key, "must be at least 1, got " + std::to_string(max_tokens));
     if (plen + max_tokens > m.max_model_len)
-      throw ApiError(400, "This model's maximum context length is " + std::to_string(m.max_model_len) +
-                              " tokens. However, you requested " + std::to_string(plen + max_tokens) +
-                              " tokens (" + std::to_string(plen) + " in the " + (chat ? "messages" : "prompt") +
-                              ", " + std::to_string(max_tokens) + " in the completion). Please reduce the length.",
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(m.max_model_len) +
+                         " tokens. However, you requested " + std::to_string(plen + max_tokens) +
+                         " tokens (" + std::to_string(plen) + " in the " +
+                         (chat ? "messages" : "prompt") + ", " + std::to_string(max_tokens) +
+                         " in the completion). Please reduce the length.",
                      key);
   } else {
     max_tokens = std::min(max_tokens, m.max_model_len - plen);
@@ -219,11 +251,14 @@ std::vector<int32_t> ids_of(const json& a, const ServedModel& m, const char* fie
   std::vector<int32_t> ids;
   const int vocab = m.bundle->model->config().vocab_size;
   for (const json& x : a) {
-    if (!x.is_number_integer()) throw ApiError(400, std::string("'") + field + "' token ids must be integers", field);
+    if (!x.is_number_integer())
+      throw ApiError(400, std::string("'") + field + "' token ids must be integers", field);
     const int64_t v = x.get<int64_t>();
     if (v < 0 || v >= vocab)
-      throw ApiError(400, std::string("'") + field + "' has token id " + std::to_string(v) +
-                              " outside the vocabulary [0, " + std::to_string(vocab) + ")", field);
+      throw ApiError(400,
+                     std::string("'") + field + "' has token id " + std::to_string(v) +
+                         " outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                     field);
     ids.push_back(int32_t(v));
   }
   if (ids.empty()) throw ApiError(400, std::string("'") + field + "' is empty", field);
@@ -232,7 +267,8 @@ std::vector<int32_t> ids_of(const json& a, const ServedModel& m, const char* fie
 
 std::vector<int32_t> encode(const ServedModel& m, const std::string& text, const char* field) {
   if (!m.bundle->tokenizer)
-    throw ApiError(400, "this model has no tokenizer; send '" + std::string(field) + "' as token ids", field);
+    throw ApiError(
+        400, "this model has no tokenizer; send '" + std::string(field) + "' as token ids", field);
   try {
     return m.bundle->encode_text(text);
   } catch (const Error& e) {
@@ -271,31 +307,39 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
     prompts.push_back({ids_of(pr, m, "prompt"), "", p});
   } else if (pr.is_array() && !pr.empty()) {
-    if (pr.size() > size_t(kMaxN)) f.bad("prompt", "has more than " + std::to_string(kMaxN) + " prompts");
+    if (pr.size() > size_t(kMaxN))
+      f.bad("prompt", "has more than " + std::to_string(kMaxN) + " prompts");
     for (const json& x : pr) {
-      if (x.is_string()) add_text(x.get<std::string>());
-      else if (x.is_array()) prompts.push_back({ids_of(x, m, "prompt"), "", p});
-      else f.bad("prompt", "must be a string, a list of strings, or token ids");
+      if (x.is_string())
+        add_text(x.get<std::string>());
+      else if (x.is_array())
+        prompts.push_back({ids_of(x, m, "prompt"), "", p});
+      else
+        f.bad("prompt", "must be a string, a list of strings, or token ids");
     }
   } else {
-    f.bad("prompt", pr.is_array() ? "is empty" : "must be a string, a list of strings, or token ids");
+    f.bad("prompt",
+          pr.is_array() ? "is empty" : "must be a string, a list of strings, or token ids");
   }
   for (Choice& c : prompts) {
     c.params.logprobs = r.logprobs;
     fit_length(c, f, "max_tokens", 16, m, false);
     if (r.echo && c.prompt_text.empty() && m.bundle->tokenizer)
-      c.prompt_text = m.bundle->tokenizer->decode(std::vector<tokenizer::TokenId>(c.prompt.begin(), c.prompt.end()));
+      c.prompt_text = m.bundle->tokenizer->decode(
+          std::vector<tokenizer::TokenId>(c.prompt.begin(), c.prompt.end()));
   }
   expand_n(r, prompts, n_choices(f));
-  if (r.choices.size() > size_t(kMaxN)) f.bad("n", "times the number of prompts exceeds " + std::to_string(kMaxN));
+  if (r.choices.size() > size_t(kMaxN))
+    f.bad("n", "times the number of prompts exceeds " + std::to_string(kMaxN));
   validate_all(r, m);
   return r;
 }
 
 GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   std::set<std::string> allowed = kCommon;
-  allowed.insert({"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
-                  "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "best_of"});
+  allowed.insert({"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                  "response_format", "tools", "tool_choice", "parallel_tool_calls",
+                  "chat_template_kwargs", "best_of"});
   Fields f(body, allowed);
   GenerationRequest r;
   r.chat = true;
@@ -305,7 +349,8 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   if (f.has("top_logprobs")) {
     const int64_t t = f.integer("top_logprobs", 0);
     if (t < 0 || t > SamplingParams::kMaxLogprobs)
-      f.bad("top_logprobs", "must be between 0 and " + std::to_string(SamplingParams::kMaxLogprobs));
+      f.bad("top_logprobs",
+            "must be between 0 and " + std::to_string(SamplingParams::kMaxLogprobs));
     if (!lp) f.bad("top_logprobs", "requires 'logprobs' to be true");
     r.logprobs = int(t);
   } else if (lp) {
@@ -320,7 +365,8 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
     if (!f.at("tools").is_array()) f.bad("tools", "must be a list");
     if (!f.at("tools").empty()) f.bad("tools", "tool calling is not supported by this server");
   }
-  if (f.has("tool_choice") && f.at("tool_choice") != "none") f.bad("tool_choice", "tool calling is not supported");
+  if (f.has("tool_choice") && f.at("tool_choice") != "none")
+    f.bad("tool_choice", "tool calling is not supported");
   tokenizer::ChatOptions co;
   if (f.has("chat_template_kwargs")) {
     const json& k = f.at("chat_template_kwargs");
@@ -342,11 +388,14 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!x.is_object()) throw ApiError(400, "'" + where + "' must be an object", "messages");
     if (!x.contains("role") || !x["role"].is_string())
-      throw ApiError(400, "'" + where + ".role' is required (system, user or assistant)", "messages");
+      throw ApiError(400, "'" + where + ".role' is required (system, user or assistant)",
+                     "messages");
     std::string role = x["role"].get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant")
-      throw ApiError(400, "'" + where + ".role' is '" + role + "'; expected system, user or assistant", "messages");
+      throw ApiError(400,
+                     "'" + where + ".role' is '" + role + "'; expected system, user or assistant",
+                     "messages");
     for (auto it = x.begin(); it != x.end(); ++it)
       if (it.key() != "role" && it.key() != "content" && it.key() != "name")
         throw ApiError(400, "'" + where + "." + it.key() + "' is not supported", "messages");
@@ -358,16 +407,24 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
       content = c.get<std::string>();
     } else if (c.is_array()) {
       for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw ApiError(400, "'" + where + ".content' parts must be {\"type\": \"text\", \"text\": ...}", "messages");
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw ApiError(
+              400, "'" + where + ".content' parts must be {\"type\": \"text\", \"text\": ...}",
+              "messages");
         content += part["text"].get<std::string>();
       }
     } else {
-      throw ApiError(400, "'" + where + ".content' must be a string or a list of text parts", "messages");
+      throw ApiError(400, "'" + where + ".content' must be a string or a list of text parts",
+                     "messages");
     }
     msgs.push_back({role, content});
   }
-  if (!m.bundle->chat) throw ApiError(400, "this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids", "messages");
+  if (!m.bundle->chat)
+    throw ApiError(
+        400,
+        "this model has no tokenizer, so chat is unavailable; use /v1/completions with token ids",
+        "messages");
   Choice c;
   try {
     c.prompt = m.bundle->encode_chat(msgs, co);

@@ -13,7 +13,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
@@ -25,15 +27,21 @@ std::string random_id(const char* prefix) {
 }
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 const char* finish_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-    default: return nullptr;
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Abort:
+      return "abort";
+    default:
+      return nullptr;
   }
 }
 
@@ -42,8 +50,14 @@ class Job : public std::enable_shared_from_this<Job> {
  public:
   Job(GenerationRequest req, std::shared_ptr<Responder> res, AsyncEngine& engine, Metrics& metrics,
       const ModelBundle& bundle)
-      : req_(std::move(req)), res_(std::move(res)), engine_(engine), metrics_(metrics), bundle_(bundle),
-        id_(random_id(req_.chat ? "chatcmpl" : "cmpl")), created_(unix_now()), start_(Clock::now()) {}
+      : req_(std::move(req)),
+        res_(std::move(res)),
+        engine_(engine),
+        metrics_(metrics),
+        bundle_(bundle),
+        id_(random_id(req_.chat ? "chatcmpl" : "cmpl")),
+        created_(unix_now()),
+        start_(Clock::now()) {}
 
   // Submits every choice; throws ApiError (nothing stays queued) if the engine refuses one.
   void start() {
@@ -97,7 +111,8 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   json token_logprobs_completion(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
-    json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+    json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+         offsets = json::array();
     for (const TokenLogprob& t : lps) {
       tokens.push_back(token_text(t.token));
       token_lps.push_back(t.logprob);
@@ -107,7 +122,10 @@ class Job : public std::enable_shared_from_this<Job> {
       offsets.push_back(text_offset);
       text_offset += token_text(t.token).size();
     }
-    return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    return {{"tokens", tokens},
+            {"token_logprobs", token_lps},
+            {"top_logprobs", tops},
+            {"text_offset", offsets}};
   }
 
   json token_logprobs_chat(const std::vector<TokenLogprob>& lps) const {
@@ -129,7 +147,8 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   std::string token_text(int32_t id) const {
-    if (bundle_.tokenizer && bundle_.tokenizer->is_known(id)) return std::string(bundle_.tokenizer->token_bytes(id));
+    if (bundle_.tokenizer && bundle_.tokenizer->is_known(id))
+      return std::string(bundle_.tokenizer->token_bytes(id));
     return "";
   }
 
@@ -142,8 +161,11 @@ class Job : public std::enable_shared_from_this<Job> {
     // Prompt tokens count once per distinct prompt (n choices share one prompt).
     const size_t n = state_.size();
     for (size_t i = 0; i < n; ++i)
-      if (i == 0 || req_.choices[i].prompt != req_.choices[i - 1].prompt) prompt += state_[i].prompt_tokens;
-    json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+      if (i == 0 || req_.choices[i].prompt != req_.choices[i - 1].prompt)
+        prompt += state_[i].prompt_tokens;
+    json u = {{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion}};
     if (cached) u["prompt_tokens_details"] = {{"cached_tokens", cached}};
     return u;
   }
@@ -157,25 +179,42 @@ class Job : public std::enable_shared_from_this<Job> {
     if (req_.chat) {
       if (!s.sent_role) {
         s.sent_role = true;
-        send_event({{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", req_.model},
-                    {"choices", {{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                  {"logprobs", nullptr}, {"finish_reason", nullptr}}}}});
+        send_event({{"id", id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", req_.model},
+                    {"choices",
+                     {{{"index", i},
+                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                       {"logprobs", nullptr},
+                       {"finish_reason", nullptr}}}}});
       }
       if (o.text.empty() && !fin && o.logprobs.empty()) return;
       json delta = json::object();
       if (!o.text.empty()) delta["content"] = o.text;
-      choice = {{"index", i}, {"delta", delta},
-                {"logprobs", req_.logprobs >= 0 && !o.logprobs.empty() ? token_logprobs_chat(o.logprobs) : json(nullptr)},
-                {"finish_reason", fin ? json(fin) : json(nullptr)}};
-      send_event({{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", req_.model},
+      choice = {
+          {"index", i},
+          {"delta", delta},
+          {"logprobs", req_.logprobs >= 0 && !o.logprobs.empty() ? token_logprobs_chat(o.logprobs)
+                                                                 : json(nullptr)},
+          {"finish_reason", fin ? json(fin) : json(nullptr)}};
+      send_event({{"id", id_},
+                  {"object", "chat.completion.chunk"},
+                  {"created", created_},
+                  {"model", req_.model},
                   {"choices", {choice}}});
     } else {
       if (o.text.empty() && !fin && o.logprobs.empty()) return;
-      choice = {{"index", i}, {"text", o.text},
-                {"logprobs", req_.logprobs >= 0 ? token_logprobs_completion(o.logprobs, s.text.size() - o.text.size())
+      choice = {{"index", i},
+                {"text", o.text},
+                {"logprobs", req_.logprobs >= 0 ? token_logprobs_completion(
+                                                      o.logprobs, s.text.size() - o.text.size())
                                                 : json(nullptr)},
                 {"finish_reason", fin ? json(fin) : json(nullptr)}};
-      send_event({{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", req_.model},
+      send_event({{"id", id_},
+                  {"object", "text_completion"},
+                  {"created", created_},
+                  {"model", req_.model},
                   {"choices", {choice}}});
     }
   }
@@ -216,8 +255,12 @@ class Job : public std::enable_shared_from_this<Job> {
     done_ = true;
     if (req_.stream) {
       if (req_.include_usage)
-        send_event({{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", created_}, {"model", req_.model}, {"choices", json::array()}, {"usage", usage()}});
+        send_event({{"id", id_},
+                    {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created_},
+                    {"model", req_.model},
+                    {"choices", json::array()},
+                    {"usage", usage()}});
       res_->write("data: [DONE]\n\n");
       res_->end();
       return;
@@ -226,19 +269,28 @@ class Job : public std::enable_shared_from_this<Job> {
     for (size_t i = 0; i < state_.size(); ++i) {
       const State& s = state_[i];
       if (req_.chat) {
-        choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", s.text}}},
-                           {"logprobs", req_.logprobs >= 0 ? token_logprobs_chat(s.logprobs) : json(nullptr)},
-                           {"finish_reason", finish_name(s.finish)}});
+        choices.push_back(
+            {{"index", i},
+             {"message", {{"role", "assistant"}, {"content", s.text}}},
+             {"logprobs", req_.logprobs >= 0 ? token_logprobs_chat(s.logprobs) : json(nullptr)},
+             {"finish_reason", finish_name(s.finish)}});
       } else {
         const std::string prefix = req_.echo ? req_.choices[i].prompt_text : "";
-        choices.push_back({{"index", i}, {"text", prefix + s.text},
-                           {"logprobs", req_.logprobs >= 0 ? token_logprobs_completion(s.logprobs, prefix.size()) : json(nullptr)},
-                           {"finish_reason", finish_name(s.finish)}});
+        choices.push_back(
+            {{"index", i},
+             {"text", prefix + s.text},
+             {"logprobs", req_.logprobs >= 0 ? token_logprobs_completion(s.logprobs, prefix.size())
+                                             : json(nullptr)},
+             {"finish_reason", finish_name(s.finish)}});
       }
     }
     res_->respond(200, "application/json",
-                  dump({{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
-                        {"created", created_}, {"model", req_.model}, {"choices", choices}, {"usage", usage()}}));
+                  dump({{"id", id_},
+                        {"object", req_.chat ? "chat.completion" : "text_completion"},
+                        {"created", created_},
+                        {"model", req_.model},
+                        {"choices", choices},
+                        {"usage", usage()}}));
   }
 
   GenerationRequest req_;
@@ -257,7 +309,8 @@ class Job : public std::enable_shared_from_this<Job> {
 
 }  // namespace
 
-OpenAIServer::OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics, ServerOptions opts)
+OpenAIServer::OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics,
+                           ServerOptions opts)
     : bundle_(bundle), engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
   served_.name = opts_.served_model_name;
   served_.bundle = &bundle_;
@@ -273,10 +326,12 @@ void OpenAIServer::handle(const HttpRequest& req, std::shared_ptr<Responder> res
   try {
     const bool v1 = req.path.rfind("/v1/", 0) == 0;
     if (v1 && !opts_.api_key.empty() && req.authorization != "Bearer " + opts_.api_key)
-      throw ApiError(401, req.authorization.empty() ? "missing API key: send 'Authorization: Bearer <key>'"
-                                                    : "incorrect API key provided");
+      throw ApiError(401, req.authorization.empty()
+                              ? "missing API key: send 'Authorization: Bearer <key>'"
+                              : "incorrect API key provided");
     auto need = [&](const char* method) {
-      if (req.method != method) throw ApiError(405, "use " + std::string(method) + " for " + req.path);
+      if (req.method != method)
+        throw ApiError(405, "use " + std::string(method) + " for " + req.path);
     };
     if (req.path == "/health") {
       need("GET");
@@ -308,14 +363,16 @@ void OpenAIServer::handle(const HttpRequest& req, std::shared_ptr<Responder> res
 }
 
 void OpenAIServer::models(std::shared_ptr<Responder> res) {
-  json m = {{"id", served_.name}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "osprey"},
-            {"root", bundle_.dir}, {"max_model_len", served_.max_model_len}};
+  json m = {{"id", served_.name},    {"object", "model"},
+            {"created", unix_now()}, {"owned_by", "osprey"},
+            {"root", bundle_.dir},   {"max_model_len", served_.max_model_len}};
   res->respond(200, "application/json", dump({{"object", "list"}, {"data", {m}}}));
 }
 
 void OpenAIServer::generate(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
   const json body = parse_body(req.body);
-  GenerationRequest g = chat ? parse_chat_request(body, served_) : parse_completion_request(body, served_);
+  GenerationRequest g =
+      chat ? parse_chat_request(body, served_) : parse_completion_request(body, served_);
   if (engine_.num_unfinished() + g.choices.size() > size_t(opts_.max_num_seqs) + opts_.max_queued)
     throw ApiError(503, "the server is at capacity (" + std::to_string(engine_.num_unfinished()) +
                             " requests queued or running); retry later");
@@ -349,13 +406,15 @@ void OpenAIServer::tokenize(const HttpRequest& req, std::shared_ptr<Responder> r
     tokenizer::EncodeOptions eo;
     eo.add_special_tokens = body.value("add_special_tokens", true);
     try {
-      for (auto t : bundle_.tokenizer->encode(body["prompt"].get<std::string>(), eo)) ids.push_back(t);
+      for (auto t : bundle_.tokenizer->encode(body["prompt"].get<std::string>(), eo))
+        ids.push_back(t);
     } catch (const Error& e) {
       throw ApiError(400, std::string("'prompt': ") + e.what(), "prompt");
     }
   }
-  res->respond(200, "application/json",
-               dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", served_.max_model_len}}));
+  res->respond(
+      200, "application/json",
+      dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", served_.max_model_len}}));
 }
 
 void OpenAIServer::detokenize(const HttpRequest& req, std::shared_ptr<Responder> res) {
@@ -364,7 +423,8 @@ void OpenAIServer::detokenize(const HttpRequest& req, std::shared_ptr<Responder>
   for (auto it = body.begin(); it != body.end(); ++it)
     if (it.key() != "tokens" && it.key() != "model")
       throw ApiError(400, "unrecognized request argument '" + it.key() + "'", it.key());
-  if (!body.contains("tokens") || !body["tokens"].is_array()) throw ApiError(400, "'tokens' (a list of ids) is required", "tokens");
+  if (!body.contains("tokens") || !body["tokens"].is_array())
+    throw ApiError(400, "'tokens' (a list of ids) is required", "tokens");
   std::vector<tokenizer::TokenId> ids;
   for (const json& t : body["tokens"]) {
     if (!t.is_number_integer()) throw ApiError(400, "'tokens' must hold integers", "tokens");

@@ -20,14 +20,15 @@ namespace osprey::server {
 
 struct ServerOptions {
   std::string served_model_name;
-  std::string api_key;        // empty: no key needed
-  size_t max_queued = 4096;   // requests admitted beyond the running batch before 503
+  std::string api_key;       // empty: no key needed
+  size_t max_queued = 4096;  // requests admitted beyond the running batch before 503
   int max_num_seqs = 64;
 };
 
 class OpenAIServer {
  public:
-  OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics, ServerOptions opts);
+  OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics,
+               ServerOptions opts);
   void handle(const HttpRequest& req, std::shared_ptr<Responder> res);
 
  private:

@@ -14,7 +14,9 @@ namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 // One SSE event as one HTTP chunk.
 void send_event(tcp::socket& s, const std::string& data) {
@@ -27,9 +29,9 @@ void send_event(tcp::socket& s, const std::string& data) {
 
 void send_plain(tcp::socket& s, int status, const char* reason, const std::string& content_type,
                 const std::string& body) {
-  const std::string msg = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                          "\r\nContent-Type: " + content_type + "\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  const std::string msg =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + content_type +
+      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
   boost::system::error_code ec;
   asio::write(s, asio::buffer(msg), ec);
 }
@@ -37,7 +39,8 @@ void send_plain(tcp::socket& s, int status, const char* reason, const std::strin
 }  // namespace
 
 MockServer::MockServer(MockScript script)
-    : script_(std::move(script)), step_sum_(script_.step_sum_start),
+    : script_(std::move(script)),
+      step_sum_(script_.step_sum_start),
       step_count_(script_.step_count_start) {
   const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), 0);
   acceptor_socket_.open(ep.protocol());
@@ -128,16 +131,19 @@ void MockServer::serve(tcp::socket s) {
       "Connection: close\r\n\r\n";
   asio::write(s, asio::buffer(head), ec);
   if (chat)  // a role-only chunk at once: not a token, must not count for TTFT
-    send_event(s, R"({"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})");
+    send_event(
+        s,
+        R"({"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]})");
   sleep_ms(script_.ttft_ms);
   for (int c = 0; c < chunks; ++c) {
     if (c > 0) sleep_ms(script_.itl_ms);
     std::string text;
     for (int t = 0; t < script_.tokens_per_chunk; ++t) text += "w" + std::to_string(c) + " ";
-    json ev = chat ? json{{"object", "chat.completion.chunk"},
-                          {"choices", {{{"index", 0}, {"delta", {{"content", text}}}}}}}
-                   : json{{"object", "text_completion"},
-                          {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}}}}};
+    json ev = chat
+                  ? json{{"object", "chat.completion.chunk"},
+                         {"choices", {{{"index", 0}, {"delta", {{"content", text}}}}}}}
+                  : json{{"object", "text_completion"},
+                         {"choices", {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}}}}};
     send_event(s, ev.dump());
     ++chunks_sent_;
     {

@@ -20,7 +20,7 @@ struct MockScript {
   int itl_ms = 15;           // between content chunks
   int tokens_per_chunk = 1;  // usage.completion_tokens = max_tokens, chunks = ceil(max / this)
   bool send_usage = true;
-  std::set<int> fail_500;   // request ordinals (0-based, in arrival order) answered HTTP 500
+  std::set<int> fail_500;      // request ordinals (0-based, in arrival order) answered HTTP 500
   std::set<int> drop_after_2;  // ordinals whose connection is closed after 2 content chunks
   // The step histogram: starts at these totals; every content chunk sent adds one step of 25 ms.
   double step_sum_start = 100.0, step_count_start = 1000.0, step_s = 0.025;

@@ -24,18 +24,23 @@ std::string tiny_tokenizer_json() {
     vocab[tokenizer::bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
   // Merges that random ASCII runs often complete: the re-encoding then has fewer tokens.
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"t", "h"}, {"th", "e"}, {" ", "t"}, {" t", "h"}, {" th", "e"}, {"e", "r"}, {"a", "n"}, {"i", "n"},
-      {"o", "n"}, {"e", "s"}, {" ", "a"}, {"r", "e"}, {"a", "t"}, {"e", "n"}, {"o", "r"},
-      {"1", "2"}, {"12", "3"}, {",", " "}, {".", " "}};
+      {"t", "h"}, {"th", "e"}, {" ", "t"},  {" t", "h"}, {" th", "e"}, {"e", "r"}, {"a", "n"},
+      {"i", "n"}, {"o", "n"},  {"e", "s"},  {" ", "a"},  {"r", "e"},   {"a", "t"}, {"e", "n"},
+      {"o", "r"}, {"1", "2"},  {"12", "3"}, {",", " "},  {".", " "}};
   json merge_list = json::array();
   int next = 256;
   for (const auto& [l, r] : merges) {
-    const std::string bl = tokenizer::bytes_to_byte_level(l), br = tokenizer::bytes_to_byte_level(r);
+    const std::string bl = tokenizer::bytes_to_byte_level(l),
+                      br = tokenizer::bytes_to_byte_level(r);
     if (!vocab.contains(bl + br)) vocab[bl + br] = next++;
     merge_list.push_back(bl + " " + br);
   }
-  json added = json::array({{{"id", next}, {"content", "<|endoftext|>"}, {"special", true},
-                             {"lstrip", false}, {"rstrip", false}, {"single_word", false},
+  json added = json::array({{{"id", next},
+                             {"content", "<|endoftext|>"},
+                             {"special", true},
+                             {"lstrip", false},
+                             {"rstrip", false},
+                             {"single_word", false},
                              {"normalized", false}}});
   const json j = {
       {"version", "1.0"},
@@ -45,7 +50,10 @@ std::string tiny_tokenizer_json() {
       {"post_processor", nullptr},
       {"decoder", {{"type", "ByteLevel"}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"vocab", vocab},
         {"merges", merge_list}}},
   };
   return j.dump();

@@ -21,7 +21,7 @@ uint32_t be32(const uint8_t* p) {
 // Inflates a zlib stream of stored blocks only (what the writer makes); fails on anything else.
 std::vector<uint8_t> inflate_stored(const std::vector<uint8_t>& z) {
   EXPECT_GE(z.size(), 6u);
-  EXPECT_EQ(z[0] & 0x0F, 8);                        // CM = deflate
+  EXPECT_EQ(z[0] & 0x0F, 8);                         // CM = deflate
   EXPECT_EQ((uint32_t(z[0]) << 8 | z[1]) % 31, 0u);  // FCHECK
   std::vector<uint8_t> out;
   size_t at = 2;
@@ -94,7 +94,7 @@ TEST(Png, ChecksumsMatchTheirStandardValues) {
 
 TEST(Png, SmallImageRoundTrips) {
   const std::vector<uint8_t> rgb = {255, 0, 0, 0, 255, 0, 0, 0, 255,  // row 0
-                                    1, 2, 3, 4, 5, 6, 7, 8, 9};       // row 1
+                                    1,   2, 3, 4, 5,   6, 7, 8, 9};   // row 1
   const DecodedPng d = decode(encode_png(3, 2, rgb));
   EXPECT_EQ(d.width, 3);
   EXPECT_EQ(d.height, 2);

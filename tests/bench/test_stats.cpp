@@ -46,7 +46,9 @@ TEST(Stats, SkewedSampleAndEdgeCases) {
   EXPECT_DOUBLE_EQ(none.percentiles[0], 0);
 }
 
-double mean_gap(const std::vector<double>& t) { return (t.back() - t.front()) / double(t.size() - 1); }
+double mean_gap(const std::vector<double>& t) {
+  return (t.back() - t.front()) / double(t.size() - 1);
+}
 
 double gap_cv(const std::vector<double>& t) {
   std::vector<double> g;

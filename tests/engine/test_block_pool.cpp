@@ -38,7 +38,8 @@ TEST(BlockPool, SharedBlocksFreeOnLastRelease) {
 TEST(BlockPool, EvictsLeastRecentlyUsedCachedBlockOnlyWhenNeeded) {
   BlockPool p(3);
   const int32_t a = p.allocate(), b = p.allocate();
-  const BlockHash ha = hash_block(0, std::vector<int32_t>{1}), hb = hash_block(0, std::vector<int32_t>{2});
+  const BlockHash ha = hash_block(0, std::vector<int32_t>{1}),
+                  hb = hash_block(0, std::vector<int32_t>{2});
   p.register_cached(a, ha);
   p.register_cached(b, hb);
   const int32_t ra[] = {a}, rb[] = {b};

@@ -90,7 +90,7 @@ TEST(Scheduler, MaxNumSeqs) {
 }
 
 TEST(Scheduler, PreemptsTheLatestAndResumesIt) {
-  Harness h(cfg(64), 6);  // 6 blocks of 4 tokens
+  Harness h(cfg(64), 6);       // 6 blocks of 4 tokens
   Sequence* a = h.add(8, 12);  // each needs 5 blocks at the end: both cannot fit at once
   Sequence* b = h.add(8, 12);
   h.step();  // both prefilled: 3 + 3 blocks held

@@ -113,9 +113,9 @@ TEST(Config, RopeParametersSpellingOfTransformers5) {
   json j = v32_config();
   j.erase("rope_scaling");
   j.erase("rope_theta");
-  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 50000.0}, {"factor", 8.0},
-                          {"original_max_position_embeddings", 1024}, {"mscale", 1.0},
-                          {"mscale_all_dim", 0.5}};
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 50000.0},
+                          {"factor", 8.0},       {"original_max_position_embeddings", 1024},
+                          {"mscale", 1.0},       {"mscale_all_dim", 0.5}};
   const ModelConfig c = ModelConfig::from_json(j, "config.json");
   EXPECT_TRUE(c.rope.yarn);
   EXPECT_DOUBLE_EQ(c.rope.theta, 50000.0);
@@ -123,7 +123,8 @@ TEST(Config, RopeParametersSpellingOfTransformers5) {
   EXPECT_EQ(c.rope.original_max_position_embeddings, 1024);
   EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
   // mscale ≠ mscale_all_dim: cos/sin carry their ratio.
-  EXPECT_NEAR(c.rope.attention_factor(), (0.1 * std::log(8.0) + 1) / (0.05 * std::log(8.0) + 1), 1e-12);
+  EXPECT_NEAR(c.rope.attention_factor(), (0.1 * std::log(8.0) + 1) / (0.05 * std::log(8.0) + 1),
+              1e-12);
 }
 
 TEST(Config, YarnWithoutMscaleFollowsTransformers) {

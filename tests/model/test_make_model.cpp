@@ -5,9 +5,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "model/greedy.h"
@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string tmp(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/osprey_mm_" + std::to_string(::getpid()) + "/" + name;
+  const std::string d =
+      ::testing::TempDir() + "/osprey_mm_" + std::to_string(::getpid()) + "/" + name;
   fs::create_directories(fs::path(d).parent_path());
   return d;
 }
@@ -38,7 +39,8 @@ std::string slurp(const std::string& path) {
 // Runs the osprey binary; returns its exit status and fills out with stdout+stderr.
 int run_osprey(const std::string& args, std::string* out) {
   const std::string log = tmp("cli.log");
-  const int rc = std::system((std::string(OSPREY_BINARY) + " " + args + " >" + log + " 2>&1").c_str());
+  const int rc =
+      std::system((std::string(OSPREY_BINARY) + " " + args + " >" + log + " 2>&1").c_str());
   *out = slurp(log);
   return WEXITSTATUS(rc);
 }
@@ -53,15 +55,16 @@ TEST(MakeModel, CommittedTestModelsAreReproducible) {
     uint64_t seed;
     bool ue8m0;
   };
-  for (const Case& c : {Case{"v2-tiny", "v2-tiny", 2, false}, Case{"v3-tiny", "v3-tiny", 3, false},
-                        Case{"v32-tiny", "v32-tiny", 32, false},
-                        Case{"v32-tiny-fp8", "v32-tiny", 33, true}}) {
+  for (const Case& c :
+       {Case{"v2-tiny", "v2-tiny", 2, false}, Case{"v3-tiny", "v3-tiny", 3, false},
+        Case{"v32-tiny", "v32-tiny", 32, false}, Case{"v32-tiny-fp8", "v32-tiny", 33, true}}) {
     MakeModelOptions o;
     o.seed = c.seed;
     o.fp8 = o.ue8m0 = c.ue8m0;
     const std::string dir = tmp(std::string("re_") + c.name);
     make_model(preset_config(c.preset), dir, o);
-    EXPECT_EQ(slurp(dir + "/model.safetensors"), slurp(model_dir(c.name) + "/model.safetensors")) << c.name;
+    EXPECT_EQ(slurp(dir + "/model.safetensors"), slurp(model_dir(c.name) + "/model.safetensors"))
+        << c.name;
     EXPECT_EQ(slurp(dir + "/config.json"), slurp(model_dir(c.name) + "/config.json")) << c.name;
   }
 }
@@ -123,7 +126,9 @@ TEST(MakeModel, UnknownPresetIsRefused) {
 TEST(Cli, LogitsWritesNpyAndHash) {
   const std::string out = tmp("l.npy");
   std::string log;
-  ASSERT_EQ(run_osprey("logits --model " + model_dir("v32-tiny") + " --tokens 4,5,6,7 --out " + out, &log), 0)
+  ASSERT_EQ(run_osprey("logits --model " + model_dir("v32-tiny") + " --tokens 4,5,6,7 --out " + out,
+                       &log),
+            0)
       << log;
   EXPECT_NE(log.find("xxh64 "), std::string::npos);
   const std::string npy = slurp(out);
@@ -139,7 +144,11 @@ TEST(Cli, LogitsWritesNpyAndHash) {
 
 TEST(Cli, GenerateMatchesTheLibrary) {
   std::string log;
-  ASSERT_EQ(run_osprey("generate --model " + model_dir("v3-tiny") + " --tokens 4,5,6 --max-tokens 8 --ignore-eos", &log), 0) << log;
+  ASSERT_EQ(run_osprey("generate --model " + model_dir("v3-tiny") +
+                           " --tokens 4,5,6 --max-tokens 8 --ignore-eos",
+                       &log),
+            0)
+      << log;
   GreedyOptions o;
   o.max_new_tokens = 8;
   o.stop_at_eos = false;

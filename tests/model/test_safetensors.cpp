@@ -44,10 +44,10 @@ std::string error_of(F fn) {
   return "";
 }
 
-#define EXPECT_MENTIONS(msg, ...)                                                \
-  do {                                                                           \
-    const std::string m_ = (msg);                                                \
-    EXPECT_FALSE(m_.empty()) << "no error was raised";                           \
+#define EXPECT_MENTIONS(msg, ...)                                                         \
+  do {                                                                                    \
+    const std::string m_ = (msg);                                                         \
+    EXPECT_FALSE(m_.empty()) << "no error was raised";                                    \
     for (const char* s_ : {__VA_ARGS__}) EXPECT_NE(m_.find(s_), std::string::npos) << m_; \
   } while (0)
 
@@ -88,13 +88,15 @@ TEST(Safetensors, HeadersThatLie) {
   const std::string p = tmp("lie.safetensors");
   const std::string data(64, '\0');
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 80]}})", data);
-  EXPECT_MENTIONS(error_of([&] { SafetensorsFile f(p); }), "'w'", "past the end", "lie.safetensors");
+  EXPECT_MENTIONS(error_of([&] { SafetensorsFile f(p); }), "'w'", "past the end",
+                  "lie.safetensors");
 
   write_raw(p, R"({"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}})", data);
   EXPECT_MENTIONS(error_of([&] { SafetensorsFile f(p); }), "'w'", "needs 64 bytes", "span 32");
 
   write_raw(p, R"({"x": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
-                   "y": {"dtype": "F32", "shape": [8], "data_offsets": [16, 48]}})", data);
+                   "y": {"dtype": "F32", "shape": [8], "data_offsets": [16, 48]}})",
+            data);
   EXPECT_MENTIONS(error_of([&] { SafetensorsFile f(p); }), "'x'", "'y'", "overlap");
 
   write_raw(p, R"({"w": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 2]}})", data);
@@ -145,8 +147,9 @@ TEST(Safetensors, ShardedCheckpoint) {
 namespace {
 
 // A copy of a tiny model with `edit` applied to its tensor list.
-std::string edited_model(const std::string& name, bool fp8,
-                         const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
+std::string edited_model(
+    const std::string& name, bool fp8,
+    const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
   const std::string dir = tmp(name);
   MakeModelOptions o;
   o.seed = 5;
@@ -180,7 +183,8 @@ std::string load_error(const std::string& dir) {
 
 TEST(Weights, MissingTensorNamed) {
   const std::string dir = edited_model("missing", false, [](auto& ts) {
-    std::erase_if(ts, [](auto& p) { return p.first == "model.layers.1.mlp.experts.3.up_proj.weight"; });
+    std::erase_if(ts,
+                  [](auto& p) { return p.first == "model.layers.1.mlp.experts.3.up_proj.weight"; });
   });
   EXPECT_MENTIONS(load_error(dir), "missing tensor 'model.layers.1.mlp.experts.3.up_proj.weight'");
 }
@@ -198,7 +202,8 @@ TEST(Weights, WrongShapeNamed) {
 
 TEST(Weights, Fp8WithoutScalesNamed) {
   const std::string dir = edited_model("noscale", true, [](auto& ts) {
-    std::erase_if(ts, [](auto& p) { return p.first == "model.layers.2.self_attn.o_proj.weight_scale_inv"; });
+    std::erase_if(
+        ts, [](auto& p) { return p.first == "model.layers.2.self_attn.o_proj.weight_scale_inv"; });
   });
   EXPECT_MENTIONS(load_error(dir), "model.layers.2.self_attn.o_proj.weight", "weight_scale_inv");
 }
@@ -254,6 +259,6 @@ TEST(Weights, Fp8DequantizesWithBlockScales) {
     worst = std::max(worst, double(std::fabs(x - y)) - std::fabs(x) / 16.0);
     differ += x != y;
   }
-  EXPECT_LT(worst, 1e-3);  // the subnormal quantum of the largest block scale
+  EXPECT_LT(worst, 1e-3);            // the subnormal quantum of the largest block scale
   EXPECT_GT(differ, a.numel() / 2);  // and it really is a different (quantized) tensor
 }
