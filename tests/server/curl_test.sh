@@ -4,7 +4,8 @@ set -euo pipefail
 u=$OSPREY_URL
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$u/health") == 200 ]] || fail "/health"
-curl -s "$u/v1/models" | grep -q '"object":"list"' || fail "/v1/models"
+models=$(curl -s "$u/v1/models")  # (no curl | grep -q: with pipefail, grep's early exit fails curl)
+[[ $models == *'"object":"list"'* ]] || fail "/v1/models: $models"
 out=$(curl -s "$u/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "Ann has 2 apples", "max_tokens": 5, "temperature": 0}')
 echo "$out" | grep -q '"object":"text_completion"' || fail "completion: $out"
 echo "$out" | grep -q '"completion_tokens":' || fail "completion usage: $out"
@@ -16,6 +17,7 @@ ids=$(echo "$tok" | sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p')
 [[ -n $ids ]] || fail "tokenize: $tok"
 back=$(curl -s "$u/detokenize" -d "{\"tokens\": [$ids]}")
 echo "$back" | grep -q 'Ann has 12 apples' || fail "detokenize round trip: $back"
-curl -s "$u/metrics" | grep -q '^osprey_time_to_first_token_seconds_count ' || fail "/metrics histogram"
+metrics=$(curl -s "$u/metrics")
+grep -q '^osprey_time_to_first_token_seconds_count [1-9]' <<<"$metrics" || fail "/metrics histogram"
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$u/v1/completions" -d '{') == 400 ]] || fail "malformed JSON is 400"
 echo "curl_test: all checks passed"
