@@ -8,6 +8,7 @@
 
 #include "ops/activation.h"
 #include "ops/embedding.h"
+#include "ops/gemm.h"
 #include "ops/indexer.h"
 #include "ops/mla.h"
 #include "ops/moe.h"
@@ -32,6 +33,17 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights)
   Buffer inv(DType::F32, {int64_t(f.size())});
   std::copy(f.begin(), f.end(), inv.f32());
   inv_freq_ = to_device_storage(inv, device_);
+  for (const LayerWeights& lw : weights_.layers) {
+    const LinearWeight& kvb = lw.attn.kv_b_proj;
+    if (kvb.weight.dtype != DType::F8_E4M3) {
+      kv_b_absorb_.push_back(kvb.weight);
+      continue;
+    }
+    kv_b_owned_.emplace_back(device_, device_ == Device::CPU ? DType::F32 : DType::BF16,
+                             kvb.weight.shape);
+    ops::dequantize(kv_b_owned_.back(), kvb);
+    kv_b_absorb_.push_back(kv_b_owned_.back());
+  }
   rope_attention_factor_ = float(config_.rope.attention_factor());
   softmax_scale_ = float(config_.softmax_scale());
 }
@@ -186,10 +198,10 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
     ops::mla_attention_expanded(attn, q, k, v, b.attn, topk, softmax_scale_);
   } else {
     Tensor q_abs = alloc(f32, {T, H, kv_lora + rope});  // [n_tokens, H, kv_lora + rope]
-    ops::mla_absorb_q(q_abs, q, w.kv_b_proj.weight, nope, vd);
+    ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
     Tensor o_lat = alloc(f32, {T, H, kv_lora});  // [n_tokens, H, kv_lora]
     ops::mla_attention_absorbed(o_lat, q_abs, cache.latent(l), b.attn, topk, softmax_scale_);
-    ops::mla_unabsorb_out(attn, o_lat, w.kv_b_proj.weight, nope);
+    ops::mla_unabsorb_out(attn, o_lat, kv_b_absorb_[size_t(l)], nope);
   }
   if (o.dump) o.dump->put(stage(l, "attn_heads"), attn);
   ops::linear(out, attn.reshape({T, H * vd}), w.o_proj);

@@ -72,6 +72,10 @@ class DeepseekModel {
   ModelWeights weights_;
   Device device_;
   Storage inv_freq_;  // [qk_rope_head_dim / 2] F32
+  // Per layer kv_b_proj [H·(nope+v), kv_lora] as the absorption GEMMs read it (F32 / BF16): the
+  // checkpoint's tensor, or a BF16 dequantized copy when it is FP8 (made once at load).
+  std::vector<Tensor> kv_b_absorb_;
+  std::vector<Storage> kv_b_owned_;
   mutable Workspace ws_;              // activations of one step
   mutable Storage stage_host_, stage_dev_;  // U8: the packed step metadata, host and device
   float rope_attention_factor_;

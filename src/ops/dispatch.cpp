@@ -45,6 +45,7 @@ namespace {
 #endif
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) { OSPREY_DISPATCH(linear, y.device, y, x, w); }
+void dequantize(Tensor out, const LinearWeight& w) { OSPREY_DISPATCH(dequantize, out.device, out, w); }
 void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
   OSPREY_DISPATCH(rms_norm, out.device, out, x, w, eps);
 }

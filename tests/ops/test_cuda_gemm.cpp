@@ -48,7 +48,10 @@ struct Shape3 {
 };
 const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},   {37, 24576, 1536, "q_b_proj"},
                           {64, 576, 7168, "kv_a_proj"},   {5, 7168, 16384, "o_proj"},
-                          {16, 2048, 7168, "expert gate"}, {16, 7168, 2048, "expert down"}};
+                          {16, 2048, 7168, "expert gate"}, {16, 7168, 2048, "expert down"},
+                          // The small test models' shapes (out < 128, out % 128 != 0, in = 128).
+                          {13, 96, 256, "tiny q_a"},       {13, 144, 256, "tiny kv_a"},
+                          {13, 32, 256, "tiny expert gate"}, {13, 256, 128, "tiny o_proj"}};
 
 std::string label(const char* kind, const Shape3& s) {
   return std::string(kind) + " " + s.what + " [" + std::to_string(s.n) + "x" + std::to_string(s.in) +

@@ -125,6 +125,20 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
 }
 }  // namespace
 
+void dequantize(Tensor out, const LinearWeight& w) {
+  check_device(out, "dequantize", "out");
+  check_device(w.weight, "dequantize", "weight");
+  OSPREY_CHECK(out.dtype == DType::BF16 && out.numel() == w.weight.numel(), "dequantize to BF16");
+  const int64_t rows = w.out(), cols = w.in();
+  if (w.weight.dtype != DType::F8_E4M3) {
+    convert(out.data, DType::BF16, w.weight.data, w.weight.dtype, rows * cols);
+    return;
+  }
+  dequant_kernel<<<int(std::min<int64_t>((rows * cols + 255) / 256, 65536)), 256, 0, stream()>>>(
+      static_cast<bf16*>(out.data), w.weight.ptr<__nv_fp8_e4m3>(), w.scale_inv.f32(), rows, cols);
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
 void set_fp8_block_scaled(bool allow) { g_allow_block_scaled = allow; }
 const char* last_fp8_gemm_path() { return g_last_path; }
 
