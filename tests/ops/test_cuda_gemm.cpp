@@ -51,7 +51,8 @@ const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},   {37, 24576, 1536, "q_b
                           {16, 2048, 7168, "expert gate"}, {16, 7168, 2048, "expert down"},
                           // The small test models' shapes (out < 128, out % 128 != 0, in = 128).
                           {13, 96, 256, "tiny q_a"},       {13, 144, 256, "tiny kv_a"},
-                          {13, 32, 256, "tiny expert gate"}, {13, 256, 128, "tiny o_proj"}};
+                          {13, 32, 256, "tiny expert gate"}, {13, 256, 128, "tiny o_proj"},
+                          {40, 256, 384, "tiny mlp down"},  {37, 32768, 512, "kv_b_proj"}};
 
 std::string label(const char* kind, const Shape3& s) {
   return std::string(kind) + " " + s.what + " [" + std::to_string(s.n) + "x" + std::to_string(s.in) +
