@@ -4,8 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "bench/serve.h"
+#include "bench/step.h"
 #include "bench/url.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -112,10 +116,58 @@ void add_serve(CLI::App& bench) {
   });
 }
 
+std::vector<int> parse_batches(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v <= 0 || v > 4096)
+      fail("--batch takes batch sizes from 1 to 4096, comma-separated (e.g. 1,16,64), got '", s, "'");
+    out.push_back(int(v));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void add_step(CLI::App& bench) {
+  auto a = std::make_shared<bench::StepOptions>();
+  auto batches = std::make_shared<std::string>("1");
+  CLI::App* sub = bench.add_subcommand(
+      "step", "time prefill and decode steps of a model on the GPU against the card's ceilings");
+  sub->add_option("--model", a->model_dir, "model folder (config.json + safetensors)");
+  sub->add_option("--preset", a->preset,
+                  "a named config with random weights made on the GPU (dsv32: DeepSeek-V3.2's full "
+                  "width, 5 layers, FP8)");
+  sub->add_option("--load-format", a->load_format, "auto | dummy (random weights on the GPU)")
+      ->capture_default_str();
+  sub->add_option("--batch", *batches, "decode batch sizes, comma-separated")->capture_default_str();
+  sub->add_option("--context", a->context, "context length of every decoding sequence")
+      ->capture_default_str();
+  sub->add_option("--prefill", a->prefill, "also time a prefill of this many tokens (0: none)")
+      ->capture_default_str();
+  sub->add_option("--warmup", a->warmup, "untimed decode steps first")->capture_default_str();
+  sub->add_option("--iters", a->iters, "timed decode steps (median reported)")->capture_default_str();
+  sub->add_option("--prefill-iters", a->prefill_iters, "timed prefill steps")->capture_default_str();
+  sub->add_option("--seed", a->seed, "random weights, cache contents and tokens")->capture_default_str();
+  sub->add_flag("!--bf16", a->fp8, "dummy weights: BF16 linears instead of FP8");
+  sub->callback([a, batches] {
+    if (a->load_format != "auto" && a->load_format != "dummy")
+      fail("--load-format must be auto or dummy, got '", a->load_format, "'");
+    if (a->context < 1) fail("--context must be at least 1");
+    a->batches = parse_batches(*batches);
+    bench::run_step_benchmark(*a);
+  });
+}
+
 void register_cmd(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks: serve (an OpenAI-compatible server)");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "benchmarks: serve (an OpenAI-compatible server), step (model steps on the GPU)");
   bench->require_subcommand(1);
   add_serve(*bench);
+  add_step(*bench);
 }
 
 }  // namespace

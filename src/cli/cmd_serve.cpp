@@ -1,4 +1,9 @@
 // osprey serve: the OpenAI-compatible HTTP server (see server/openai_server.h).
+#include <cstdio>
+
+#ifdef OSPREY_WITH_CUDA
+#include "ops/ceilings.h"
+#endif
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,11 +34,11 @@ void on_signal(int) {
 
 void run(const Args& a, bool kv_given, bool util_given) {
   if (a.device != "cpu" && a.device != "cuda") fail("--device must be cpu or cuda, got '", a.device, "'");
-  if (a.device == "cuda")
-    fail("--device cuda: the CUDA ops exist (src/ops/cuda) but the CUDA forward pass is not wired "
-         "into serving yet; use --device cpu");
-  if (util_given && !kv_given)
+  const bool cuda = a.device == "cuda";
+  if (util_given && !cuda)
     fail("--gpu-memory-utilization applies to --device cuda; on the CPU give --kv-cache-memory (GiB)");
+  if (!(a.gpu_memory_utilization > 0 && a.gpu_memory_utilization < 1))
+    fail("--gpu-memory-utilization must be in (0, 1), got ", a.gpu_memory_utilization);
   if (a.load_format != "auto" && a.load_format != "dummy" && a.load_format != "safetensors")
     fail("--load-format must be auto, safetensors or dummy, got '", a.load_format, "'");
   const std::string dir = resolve_model_dir(a.model);
@@ -41,12 +46,25 @@ void run(const Args& a, bool kv_given, bool util_given) {
   bo.chat_format = a.chat_format;
   bo.dummy_weights = a.load_format == "dummy";
   bo.dummy_seed = a.seed;
+  bo.device = cuda ? Device::CUDA : Device::CPU;
   ModelBundle bundle = load_model_bundle(dir, bo);
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_model_len = a.max_model_len;
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
+#ifdef OSPREY_WITH_CUDA
+  if (cuda && !kv_given) {
+    // The KV cache takes this fraction of the memory left after the weights; the rest is for the
+    // step workspace and the ops' scratch.
+    size_t free_b = 0, total_b = 0;
+    ops::cuda::memory_info(&free_b, &total_b);
+    ec.kv_cache_bytes = int64_t(a.gpu_memory_utilization * double(free_b));
+    std::fprintf(stderr, "osprey: KV cache %.2f GiB (%.2f of %.2f GiB free after the weights)\n",
+                 double(ec.kv_cache_bytes) / double(1ll << 30), a.gpu_memory_utilization,
+                 double(free_b) / double(1ll << 30));
+  }
+#endif
   ec.enable_prefix_caching = !a.no_prefix_caching;
   ec.seed = a.seed;
   server::Metrics metrics;
@@ -97,7 +115,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per step (default 2048)");
   auto* kv = sub->add_option("--kv-cache-memory", a->kv_cache_memory_gb, "KV cache size in GiB (default 0.25)");
   auto* util = sub->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                               "fraction of GPU memory for weights + cache (cuda)");
+                               "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
   sub->add_option("--load-format", a->load_format, "auto | safetensors | dummy (random weights, config.json only)");

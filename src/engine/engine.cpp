@@ -25,9 +25,11 @@ SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg
   return s;
 }
 
-int64_t num_blocks_for(const ModelConfig& mc, const EngineConfig& cfg, const SchedulerConfig& s) {
-  const int64_t n =
-      cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(mc);
+int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
+  const int64_t n = cfg.num_blocks > 0
+                        ? cfg.num_blocks
+                        : cfg.kv_cache_bytes /
+                              PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device());
   if (n * kBlockSize < s.max_model_len)
     fail("the KV cache (", n, " blocks of ", kBlockSize, " tokens) cannot hold one sequence of "
          "max_model_len ", s.max_model_len, " tokens: give the cache more memory or lower "
@@ -50,8 +52,8 @@ size_t utf8_boundary(const std::string& s, size_t end) {
 Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders)
     : model_(model),
       sched_cfg_(make_sched_config(model.config(), cfg)),
-      pool_(num_blocks_for(model.config(), cfg, sched_cfg_)),
-      cache_(model.config(), pool_.n_blocks()),
+      pool_(num_blocks_for(model, cfg, sched_cfg_)),
+      cache_(model.make_cache(pool_.n_blocks())),
       scheduler_(sched_cfg_, pool_),
       inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
               (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize),

@@ -17,7 +17,12 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
   b.dir = dir;
   if (!fs::exists(fs::path(dir) / "config.json"))
     fail("no config.json in '", dir, "': give --model a Hugging Face model folder");
-  if (o.dummy_weights) {
+  if (o.dummy_weights && o.device == Device::CUDA) {
+    // Random weights made on the GPU (no files written).
+    ModelConfig c = ModelConfig::from_file(dir);
+    ModelWeights w = make_dummy_weights_cuda(c, o.dummy_seed, /*fp8=*/c.quant.fp8);
+    b.model = std::make_unique<DeepseekModel>(std::move(c), std::move(w));
+  } else if (o.dummy_weights) {
     // Random weights for the config: written to a scratch folder, loaded, removed.
     const ModelConfig c = ModelConfig::from_file(dir);
     const fs::path tmp = fs::temp_directory_path() / ("osprey-dummy-" + std::to_string(::getpid()) +
@@ -28,7 +33,7 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
     b.model = load_model_cpu(tmp.string());
     fs::remove_all(tmp);
   } else {
-    b.model = load_model_cpu(dir);
+    b.model = load_model(dir, o.device);
   }
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     b.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));

@@ -15,6 +15,7 @@ namespace osprey {
 struct ModelBundleOptions {
   std::string chat_format = "auto";  // auto | deepseek-v3 | deepseek-v3.1 | simple
   bool dummy_weights = false;        // random weights from config.json (no safetensors needed)
+  Device device = Device::CPU;       // where the model runs (CUDA: weights as load_weights_cuda)
   uint64_t dummy_seed = 0;
 };
 

@@ -2,11 +2,13 @@
 // blocks of block_size tokens. Slot = block · block_size + offset.
 //   latent(layer)     [n_blocks, block_size, kv_lora + rope]   normalised latent | rotated k_pe
 //   index_keys(layer) [n_blocks, block_size, index_head_dim]   indexer keys after LayerNorm + rope
-// The CPU backend stores F32. Which blocks a sequence owns is the block allocator's business.
+// The CPU backend stores F32 (the oracle); the CUDA backend BF16 (half the bytes a decode step reads;
+// the kernels compute in F32). Which blocks a sequence owns is the block allocator's business.
 #pragma once
 
 #include <vector>
 
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "model/config.h"
 
@@ -16,21 +18,26 @@ constexpr int kBlockSize = 64;
 
 class PagedKVCache {
  public:
-  PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size = kBlockSize);
+  PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size = kBlockSize,
+               Device device = Device::CPU);
 
   Tensor latent(int layer) const { return latent_[size_t(layer)].view(); }
   Tensor index_keys(int layer) const;
   int64_t n_blocks() const { return n_blocks_; }
   int block_size() const { return block_size_; }
+  Device device() const { return device_; }
+  static DType dtype_for(Device d) { return d == Device::CPU ? DType::F32 : DType::BF16; }
 
-  // Bytes one block takes across all layers (F32 host storage).
-  static int64_t bytes_per_block(const ModelConfig& c, int block_size = kBlockSize);
+  // Bytes one block takes across all layers (F32 on the CPU, BF16 on the GPU).
+  static int64_t bytes_per_block(const ModelConfig& c, int block_size = kBlockSize,
+                                 Device device = Device::CPU);
 
  private:
   int64_t n_blocks_;
   int block_size_;
-  std::vector<Buffer> latent_;
-  std::vector<Buffer> index_keys_;
+  Device device_;
+  std::vector<Storage> latent_;
+  std::vector<Storage> index_keys_;
 };
 
 }  // namespace osprey

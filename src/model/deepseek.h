@@ -5,10 +5,22 @@
 //   Expanded (prefill): K/V decompressed from the cached latent by kv_b_proj, then MHA.
 //   Absorbed (decode):  q_nope folded through W_UK, MQA over the 576-wide latent, W_UV after.
 // Auto picks Expanded when some sequence brings more than one token, else Absorbed.
+//
+// The model runs where its weights are (Device::CPU or Device::CUDA); every op dispatches on its
+// output's device, so this one code path serves both. On the GPU:
+//   - the step's metadata (a host ForwardBatch) is packed into one staging buffer and copied to the
+//     device once per step; the cache must be on the device (PagedKVCache(..., Device::CUDA));
+//   - activations live in a per-model Workspace (one arena sized by the first steps, then reused):
+//     all F32, like the CPU's. The residual stream must be F32 (it accumulates 2 adds per layer); the
+//     others are small next to the weights a decode step reads, and each GEMM converts its input to
+//     its weight's dtype (BF16, or FP8 with 1×128 scales) itself. BF16 activations are the next
+//     step for prefill bandwidth.
+//   - logits may be a host tensor: they are computed on the device and copied back once.
 #pragma once
 
 #include <vector>
 
+#include "core/storage.h"
 #include "kv/paged_cache.h"
 #include "model/config.h"
 #include "model/dump.h"
@@ -33,23 +45,39 @@ class DeepseekModel {
   DeepseekModel(ModelConfig config, ModelWeights weights);
 
   const ModelConfig& config() const { return config_; }
+  Device device() const { return device_; }
+  // A paged cache of n_blocks on the model's device.
+  PagedKVCache make_cache(int64_t n_blocks) const {
+    return PagedKVCache(config_, n_blocks, kBlockSize, device_);
+  }
   // logits [n_logits, vocab] F32 for batch.logits_indices; writes this step's cache entries.
   void forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                const ForwardOptions& opts = {}) const;
 
  private:
   // out [n_tokens, D] = attention of layer l over x [n_tokens, D].
-  void attention(int l, Tensor x, Tensor out, const ForwardBatch& b, PagedKVCache& cache,
-                 const ForwardOptions& o) const;
+  // kv_rows = Σ seq_lens (host value: sizes the expanded path's K/V).
+  void attention(int l, Tensor x, Tensor out, const ForwardBatch& b, int64_t kv_rows,
+                 PagedKVCache& cache, const ForwardOptions& o) const;
   // topk_indices [n_tokens, index_topk] of layer l (V3.2).
   void indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const ForwardBatch& b,
                PagedKVCache& cache, const ForwardOptions& o) const;
   void ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) const;
   void mlp(const MlpWeights& w, Tensor x, Tensor out) const;
+  // The batch with its metadata on the model's device (one host→device copy), or b itself.
+  ForwardBatch stage_batch(const ForwardBatch& b) const;
+  Tensor alloc(DType t, Shape s) const { return ws_.alloc(t, std::move(s)); }
 
   ModelConfig config_;
   ModelWeights weights_;
-  Buffer inv_freq_;  // [qk_rope_head_dim / 2]
+  Device device_;
+  Storage inv_freq_;  // [qk_rope_head_dim / 2] F32
+  // Per layer kv_b_proj [H·(nope+v), kv_lora] as the absorption GEMMs read it (F32 / BF16): the
+  // checkpoint's tensor, or a BF16 dequantized copy when it is FP8 (made once at load).
+  std::vector<Tensor> kv_b_absorb_;
+  std::vector<Storage> kv_b_owned_;
+  mutable Workspace ws_;              // activations of one step
+  mutable Storage stage_host_, stage_dev_;  // U8: the packed step metadata, host and device
   float rope_attention_factor_;
   float softmax_scale_;
 };

@@ -16,6 +16,18 @@ std::unique_ptr<DeepseekModel> load_model_cpu(const std::string& dir, const Mode
   return std::make_unique<DeepseekModel>(std::move(c), std::move(w));
 }
 
+std::unique_ptr<DeepseekModel> load_model_cuda(const std::string& dir, const ModelConfig* config) {
+  ModelConfig c = config ? *config : ModelConfig::from_file(dir);
+  Checkpoint ck(dir);
+  ModelWeights w = load_weights_cuda(ck, c);
+  return std::make_unique<DeepseekModel>(std::move(c), std::move(w));
+}
+
+std::unique_ptr<DeepseekModel> load_model(const std::string& dir, Device device,
+                                          const ModelConfig* config) {
+  return device == Device::CPU ? load_model_cpu(dir, config) : load_model_cuda(dir, config);
+}
+
 namespace {
 std::vector<int32_t> first_blocks(int64_t tokens) {
   std::vector<int32_t> b(size_t((tokens + kBlockSize - 1) / kBlockSize));
@@ -35,7 +47,7 @@ Buffer prefill_logits(const DeepseekModel& m, const std::vector<int32_t>& tokens
                       const ForwardOptions& opts) {
   check_prompt(m, tokens.size(), 0);
   const std::vector<int32_t> blocks = first_blocks(int64_t(tokens.size()));
-  PagedKVCache cache(m.config(), int64_t(blocks.size()));
+  PagedKVCache cache = m.make_cache(int64_t(blocks.size()));
   OwnedBatch b({SeqStep{tokens, 0, blocks, true}}, kBlockSize);
   Buffer logits(DType::F32, {int64_t(tokens.size()), m.config().vocab_size});
   m.forward(b.batch(), cache, logits, opts);
@@ -47,7 +59,7 @@ std::vector<int32_t> greedy_generate(const DeepseekModel& m, const std::vector<i
   check_prompt(m, prompt.size(), o.max_new_tokens);
   const int V = m.config().vocab_size;
   const std::vector<int32_t> blocks = first_blocks(int64_t(prompt.size()) + o.max_new_tokens);
-  PagedKVCache cache(m.config(), int64_t(blocks.size()));
+  PagedKVCache cache = m.make_cache(int64_t(blocks.size()));
   Buffer logits(DType::F32, {1, V});
   auto argmax = [&]() {
     const float* l = logits.f32();

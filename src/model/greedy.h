@@ -15,8 +15,15 @@ namespace osprey {
 // config.json (e.g. the same weights with another index_topk).
 std::unique_ptr<DeepseekModel> load_model_cpu(const std::string& dir,
                                               const ModelConfig* config = nullptr);
+// The same on the GPU (weights as load_weights_cuda stores them).
+std::unique_ptr<DeepseekModel> load_model_cuda(const std::string& dir,
+                                               const ModelConfig* config = nullptr);
+// CPU or CUDA by `device`.
+std::unique_ptr<DeepseekModel> load_model(const std::string& dir, Device device,
+                                          const ModelConfig* config = nullptr);
 
-// logits [tokens.size(), vocab] of every position, from one prefill step.
+// logits [tokens.size(), vocab] F32 on the host of every position, from one prefill step (the
+// cache on the model's device).
 Buffer prefill_logits(const DeepseekModel& m, const std::vector<int32_t>& tokens,
                       const ForwardOptions& opts = {});
 

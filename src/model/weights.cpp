@@ -125,46 +125,44 @@ class Loader {
 
 }  // namespace
 
-ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
-  ModelWeights mw;
-  Loader loader(ckpt, mw);
-  std::map<std::string, Tensor> t;
-  for (const WeightSpec& spec : weight_specs(c)) t[spec.name] = loader.load(spec);
-  auto lin = [&](const std::string& n) { return LinearWeight{t.at(n), {}}; };
+void assemble_weights(const ModelConfig& c, const std::map<std::string, LinearWeight>& t,
+                      ModelWeights& mw) {
+  auto lin = [&](const std::string& n) { return t.at(n); };
+  auto ten = [&](const std::string& n) { return t.at(n).weight; };
   auto mlp = [&](const std::string& p) {
     return MlpWeights{lin(p + "gate_proj.weight"), lin(p + "up_proj.weight"),
                       lin(p + "down_proj.weight")};
   };
-  mw.embed = t.at("model.embed_tokens.weight");
-  mw.final_norm = t.at("model.norm.weight");
+  mw.embed = ten("model.embed_tokens.weight");
+  mw.final_norm = ten("model.norm.weight");
   mw.lm_head = c.tie_word_embeddings ? LinearWeight{mw.embed, {}} : lin("lm_head.weight");
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string L = "model.layers." + std::to_string(i) + ".";
     const std::string A = L + "self_attn.";
     LayerWeights lw;
-    lw.input_norm = t.at(L + "input_layernorm.weight");
-    lw.post_attn_norm = t.at(L + "post_attention_layernorm.weight");
+    lw.input_norm = ten(L + "input_layernorm.weight");
+    lw.post_attn_norm = ten(L + "post_attention_layernorm.weight");
     if (c.q_lora_rank) {
       lw.attn.q_a_proj = lin(A + "q_a_proj.weight");
-      lw.attn.q_a_norm = t.at(A + "q_a_layernorm.weight");
+      lw.attn.q_a_norm = ten(A + "q_a_layernorm.weight");
       lw.attn.q_b_proj = lin(A + "q_b_proj.weight");
     } else {
       lw.attn.q_proj = lin(A + "q_proj.weight");
     }
     lw.attn.kv_a_proj = lin(A + "kv_a_proj_with_mqa.weight");
-    lw.attn.kv_a_norm = t.at(A + "kv_a_layernorm.weight");
+    lw.attn.kv_a_norm = ten(A + "kv_a_layernorm.weight");
     lw.attn.kv_b_proj = lin(A + "kv_b_proj.weight");
     lw.attn.o_proj = lin(A + "o_proj.weight");
     if (c.has_indexer) {
       const std::string I = A + "indexer.";
-      lw.attn.indexer = {lin(I + "wq_b.weight"), lin(I + "wk.weight"), t.at(I + "k_norm.weight"),
-                         t.at(I + "k_norm.bias"), lin(I + "weights_proj.weight")};
+      lw.attn.indexer = {lin(I + "wq_b.weight"), lin(I + "wk.weight"), ten(I + "k_norm.weight"),
+                         ten(I + "k_norm.bias"), lin(I + "weights_proj.weight")};
     }
     lw.moe = c.is_moe_layer(i);
     if (lw.moe) {
-      lw.router = t.at(L + "mlp.gate.weight");
+      lw.router = ten(L + "mlp.gate.weight");
       if (c.topk_method == TopkMethod::NoauxTc)
-        lw.correction_bias = t.at(L + "mlp.gate.e_score_correction_bias");
+        lw.correction_bias = ten(L + "mlp.gate.e_score_correction_bias");
       for (int e = 0; e < c.n_routed_experts; ++e)
         lw.experts.push_back(mlp(L + "mlp.experts." + std::to_string(e) + "."));
       lw.has_shared = c.n_shared_experts > 0;
@@ -174,11 +172,15 @@ ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
     }
     mw.layers.push_back(std::move(lw));
   }
+}
+
+static void report_unused(const Checkpoint& ckpt, const ModelConfig& c, const std::set<std::string>& used,
+                   ModelWeights& mw) {
   // Tensors nobody asked for: the MTP layers are expected (skipped); anything else is reported.
   int unknown = 0;
   std::string first_unknown;
   for (const std::string& name : ckpt.names()) {
-    if (loader.used().count(name)) continue;
+    if (used.count(name)) continue;
     int layer = -1;
     if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= c.num_hidden_layers) {
       ++mw.skipped_mtp_tensors;
@@ -189,6 +191,15 @@ ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
   if (unknown)
     std::fprintf(stderr, "osprey: warning: %d tensors in %s are not used (first: %s)\n", unknown,
                  ckpt.path().c_str(), first_unknown.c_str());
+}
+
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
+  ModelWeights mw;
+  Loader loader(ckpt, mw);
+  std::map<std::string, LinearWeight> t;
+  for (const WeightSpec& spec : weight_specs(c)) t[spec.name] = LinearWeight{loader.load(spec), {}};
+  assemble_weights(c, t, mw);
+  report_unused(ckpt, c, loader.used(), mw);
   return mw;
 }
 

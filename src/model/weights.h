@@ -8,10 +8,12 @@
 // scales) and owned here; the checkpoint mapping can be dropped afterwards.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -58,12 +60,29 @@ struct ModelWeights {
   Tensor final_norm;   // [D]
   LinearWeight lm_head;  // [V, D]
   std::vector<LayerWeights> layers;
-  std::vector<Buffer> owned;  // storage behind the views above
+  std::vector<Buffer> owned;  // storage behind the views above (CPU loader)
+  std::vector<Storage> device_owned;  // storage behind the views above (device loaders)
   int skipped_mtp_tensors = 0;
 };
 
 // Loads every weight of `config` from `ckpt` as F32 host tensors.
 ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& config);
+
+// Loads every weight onto the GPU in the form its CUDA op reads:
+//   linear weights stored F8_E4M3 in the checkpoint: the e4m3 bytes + F32 weight_scale_inv as is;
+//   other linear weights (BF16/F16/F32 in the checkpoint), the embedding and lm_head: BF16;
+//   norms, norm biases, the router and its correction bias: F32 (they are small, and the router's
+//   top-k gaps can be ~1e-6 relative: BF16 logits would change which experts are chosen).
+ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& config);
+// The same layout with random values made on the GPU from `seed` (`--load-format dummy`): FP8
+// linear weights (e4m3 uniform in ±1, block scales sqrt(3 / in) so activations keep unit scale)
+// where weight_specs says fp8 and `fp8` is set, else BF16 uniform in ±sqrt(3 / in); norm weights
+// uniform in [0.9, 1.1); never zeros.
+ModelWeights make_dummy_weights_cuda(const ModelConfig& config, uint64_t seed, bool fp8);
+
+// Builds ModelWeights from every tensor weight_specs names (non-linear ones with empty scales).
+void assemble_weights(const ModelConfig& config, const std::map<std::string, LinearWeight>& tensors,
+                      ModelWeights& out);
 
 // Every tensor a config implies, under its published name: what the loader requires and what
 // make-model writes. fp8 marks the linear weights that FP8 checkpoints store as e4m3 + scales.

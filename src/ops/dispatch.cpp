@@ -1,6 +1,8 @@
 // Backend dispatch: each ops:: entry runs the twin for the device of its output tensor (the CPU
 // twins in ops/cpu/, the CUDA twins in ops/cuda/ when built with OSPREY_WITH_CUDA).
 // The forward pass is written once against these entries.
+#include <algorithm>
+
 #include "core/error.h"
 #include "ops/activation.h"
 #include "ops/embedding.h"
@@ -10,6 +12,11 @@
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/tensor_ops.h"
+
+#ifdef OSPREY_WITH_CUDA
+#include "core/device_buffer.h"
+#endif
 
 namespace osprey::ops {
 
@@ -38,6 +45,7 @@ namespace {
 #endif
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) { OSPREY_DISPATCH(linear, y.device, y, x, w); }
+void dequantize(Tensor out, const LinearWeight& w) { OSPREY_DISPATCH(dequantize, out.device, out, w); }
 void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
   OSPREY_DISPATCH(rms_norm, out.device, out, x, w, eps);
 }
@@ -91,6 +99,27 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
 void silu_mul(Tensor out, Tensor gate, Tensor up) { OSPREY_DISPATCH(silu_mul, out.device, out, gate, up); }
 void embedding(Tensor out, Tensor ids, Tensor table) {
   OSPREY_DISPATCH(embedding, out.device, out, ids, table);
+}
+
+void copy_columns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int64_t width) {
+  OSPREY_DISPATCH(copy_columns, dst.device, dst, dst_col, src, src_col, width);
+}
+// A row gather is the embedding lookup with `src` as the table.
+void gather_rows(Tensor out, Tensor src, Tensor indices) { embedding(out, indices, src); }
+void add(Tensor out, Tensor a, Tensor b) { OSPREY_DISPATCH(add, out.device, out, a, b); }
+void scale(Tensor x, float s) { OSPREY_DISPATCH(scale, x.device, x, s); }
+void copy(Tensor dst, Tensor src) {
+  OSPREY_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy of ",
+               shape_str(src.shape), " into ", shape_str(dst.shape));
+  if (dst.device == Device::CPU && src.device == Device::CPU) {
+    std::copy_n(static_cast<const char*>(src.data), src.nbytes(), static_cast<char*>(dst.data));
+    return;
+  }
+#ifdef OSPREY_WITH_CUDA
+  osprey::cuda::copy(dst, src);
+#else
+  no_cuda("copy");
+#endif
 }
 
 }  // namespace osprey::ops

@@ -19,6 +19,8 @@ constexpr int kFp8BlockSize = 128;
 namespace ops {
 // y [n, out] F32 = x [n, in] F32 · Wᵀ.
 void linear(Tensor y, Tensor x, const LinearWeight& w);
+// out [out, in] = W dequantized (F32 on the CPU, BF16 on CUDA), on out's device.
+void dequantize(Tensor out, const LinearWeight& w);
 namespace cpu {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
 // Dequantizes any supported weight to F32 rows [out, in] (the CPU backend's resident form).
@@ -27,6 +29,8 @@ void dequantize(Tensor out_f32, const LinearWeight& w);
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
+// out [out, in] BF16 = W (F8_E4M3 + scales, or BF16/F32) as BF16.
+void dequantize(Tensor out_bf16, const LinearWeight& w);
 // FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces
 // the dequantize + BF16 fallback), and which path the last FP8 linear took:
 // "cublasLt-fp8-blockscaled" or "dequant-bf16".

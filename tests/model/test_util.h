@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,11 @@
 
 namespace osprey::testing {
 
-inline std::string data_dir() { return OSPREY_TEST_DATA; }
+// OSPREY_TEST_DATA in the environment overrides the build's path (binaries carried to the GPU machine).
+inline std::string data_dir() {
+  const char* e = std::getenv("OSPREY_TEST_DATA");
+  return e && *e ? e : OSPREY_TEST_DATA;
+}
 inline std::string model_dir(const std::string& name) { return data_dir() + "/models/" + name; }
 
 // max |a − b| / max |b|: the relative error of a against the reference b.

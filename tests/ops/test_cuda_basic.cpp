@@ -130,3 +130,39 @@ TEST(CudaOps, SiluMul) {
 
 }  // namespace
 }  // namespace osprey
+
+#include "ops/tensor_ops.h"
+
+namespace osprey {
+namespace {
+using namespace testing;
+
+TEST(CudaOps, CopyColumnsAddScale) {
+  OSPREY_REQUIRE_GPU();
+  // The expanded-attention K assembly at V3.2 widths: k [L·128, 192] ← kvb nope cols, ctx rope cols.
+  const int64_t L = 37, H = 128;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Buffer kvb = rand_f32({L * H, 256}), ctx = rand_f32({L, 576});
+    round_bf16(kvb);
+    round_bf16(ctx);
+    Buffer ref(DType::F32, {L * H, 192});
+    ops::copy_columns(ref, 0, kvb, 0, 128);
+    ops::copy_columns(ref, 128, ctx, 512, 64);
+    DeviceBuffer d_kvb = upload(kvb, dt), d_ctx = upload(ctx, dt);
+    DeviceBuffer out = poisoned(dt, {L * H, 192});
+    ops::copy_columns(out, 0, d_kvb, 0, 128);
+    ops::copy_columns(out, 128, d_ctx, 512, 64);
+    expect_close(std::string("copy_columns ") + (dt == DType::F32 ? "F32" : "BF16"), download(out), ref, 0.0);
+  }
+  Buffer a = rand_f32({67, 7168}), b = rand_f32({67, 7168});
+  Buffer ref(DType::F32, {67, 7168});
+  ops::add(ref, a, b);
+  ops::scale(ref, 0.125f);
+  DeviceBuffer da = upload(a), db = upload(b), out = poisoned(DType::F32, {67, 7168});
+  ops::add(out, da, db);
+  ops::scale(out, 0.125f);
+  expect_close("add+scale F32", download(out), ref, 1e-7);
+}
+
+}  // namespace
+}  // namespace osprey

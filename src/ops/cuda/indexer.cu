@@ -10,6 +10,7 @@
 //      over the order-preserving integer keys of the scores finds the k-th largest key T and how many
 //      ties at T to take; an ordered block-scan compaction then writes the positions with key > T
 //      and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
+// Other IH × ID (the small test models) take indexer_score_generic_kernel (a thread per key).
 // Dtypes: q, index_cache F32 or BF16; weights F32; k F32 or BF16.
 #include <cub/block/block_scan.cuh>
 
@@ -77,6 +78,32 @@ __global__ void __launch_bounds__(kScoreThreads)
     for (int g = 0; g < kScoreThreads / kScoreTile; ++g) sum += part[g * kScoreTile + threadIdx.x];
     if (j <= p) scores[int64_t(t) * ld + j] = sum;
   }
+}
+
+// Generic-shape scoring (any IH × ID: the small test models): a thread per key position.
+// Grid [n_tokens, ceil(max_len / 128)], 128 threads.
+template <typename Tq, typename Tc>
+__global__ void indexer_score_generic_kernel(float* __restrict__ scores, int64_t ld,
+                                             const Tq* __restrict__ q, const float* __restrict__ weights,
+                                             const Tc* __restrict__ cache, const int32_t* __restrict__ qsl,
+                                             const int32_t* __restrict__ positions,
+                                             const int32_t* __restrict__ block_table, int64_t max_blocks,
+                                             int block_size, int n_seqs, int IH, int ID, float scale) {
+  const int t = blockIdx.x;
+  const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t p = positions[t];
+  if (j > p) return;
+  const int s = seq_of_token(qsl, n_seqs, t);
+  const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
+  const Tc* kr = cache + row * ID;
+  float acc = 0.0f;
+  for (int h = 0; h < IH; ++h) {
+    const Tq* qh = q + (int64_t(t) * IH + h) * ID;
+    float dot = 0.0f;
+    for (int d = 0; d < ID; ++d) dot += to_f32(qh[d]) * to_f32(kr[d]);
+    acc += weights[int64_t(t) * IH + h] * fmaxf(dot * scale, 0.0f);
+  }
+  scores[int64_t(t) * ld + j] = acc;
 }
 
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -167,14 +194,30 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
   check_device(weights, "indexer_topk", "weights");
   check_device(index_cache, "indexer_topk", "index_cache");
   const int64_t topk = topk_indices.size(1);
-  OSPREY_CHECK(q.size(1) == kIH && q.size(2) == kID && weights.size(1) == kIH &&
-                   weights.dtype == DType::F32 && index_cache.size(-1) == kID &&
+  const bool fast = q.size(1) == kIH && q.size(2) == kID;
+  OSPREY_CHECK(weights.size(1) == q.size(1) && weights.dtype == DType::F32 &&
+                   index_cache.size(-1) == q.size(2) &&
                    topk_indices.size(0) == m.n_tokens && topk_indices.dtype == DType::I32,
                "indexer shapes (CUDA: 64 heads × 128, F32 weights)");
   if (m.n_tokens == 0) return;
   const int64_t max_len = m.block_table.size(1) * m.block_size;
   auto* scores = static_cast<float*>(
       scratch(kScratchIndexScores, size_t(m.n_tokens * max_len) * sizeof(float)));
+  if (!fast) {
+    const dim3 g(unsigned(m.n_tokens), unsigned((max_len + 127) / 128));
+    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, {
+      indexer_score_generic_kernel<Tq, Tc><<<g, 128, 0, stream()>>>(
+          scores, max_len, static_cast<const Tq*>(q.data), weights.f32(),
+          static_cast<const Tc*>(index_cache.data), m.query_start_loc.ptr<int32_t>(),
+          m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
+          m.block_size, m.n_seqs, int(q.size(1)), int(q.size(2)), scale);
+    }));
+    OSPREY_CUDA_LAUNCH_CHECK();
+    indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
+        topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
+    OSPREY_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const size_t smem = (size_t(kIH) * kID + size_t(kScoreTile) * (kID + 1) + 4 * kScoreTile) * sizeof(float);
   const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
   OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, {

@@ -18,6 +18,8 @@
 //   Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, cache, out: F32 or BF16.
 // mla_attention_expanded (prefill, causal, variable length): grid [n_tokens, H/8], a warp per head
 //   walks its attended positions with an online softmax; K, V [Σ seq_lens, H, 192 | 128] F32/BF16.
+// Other shapes (the small test models: latent 128 + rope 16, 4 heads) take mla_generic_kernel, a
+// plain correctness-first version with the dims at run time (see its comment).
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
@@ -227,6 +229,95 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
   for (int d = 0; d < kV / 32; ++d) out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
 }
 
+// Generic-shape attention (any latent / rope / head dims and head count: the small test models),
+// correctness first. Grid [n_tokens, H], 128 threads. Scores go to an F32 scratch row per
+// (token, head) of max_len entries (−inf for positions not attended): a warp per entry computes
+// the dot product; then the block max and sum; then each thread owns output columns and sums
+// softmax-weighted rows. Absorbed: K = V = the cache row (V its first `lat` columns).
+// Expanded: K [Σ seq_lens, H, qk], V [Σ seq_lens, H, vd] rows of the sequence (starts = cumsum).
+constexpr int kGenericThreads = 128;
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_max(lane < n_warps ? red[lane] : -INFINITY);
+}
+
+template <typename Tq, typename Tk, typename To>
+__global__ void __launch_bounds__(kGenericThreads)
+    mla_generic_kernel(To* __restrict__ out, float* __restrict__ scores, int64_t ld,
+                       const Tq* __restrict__ q, const Tk* __restrict__ k, const Tk* __restrict__ v,
+                       int64_t qk, int64_t k_stride, int64_t vd, int64_t v_stride,
+                       const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
+                       int n_seqs, const int32_t* __restrict__ block_table, int64_t max_blocks,
+                       int block_size, const int64_t* __restrict__ starts,
+                       const int32_t* __restrict__ topk, int64_t topk_k, int64_t H, float scale) {
+  __shared__ float red[32];
+  const int t = blockIdx.x;
+  const int64_t h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  const int s = seq_of_token(qsl, n_seqs, t);
+  const int64_t p = positions[t];
+  const int64_t len = topk ? topk_k : p + 1;
+  float* sc = scores + (int64_t(t) * H + h) * ld;
+  const Tq* qr = q + (int64_t(t) * H + h) * qk;
+  // Row of K/V for attended entry i, or −1. Paged (absorbed: block_table) or contiguous (starts).
+  auto row_of = [&](int64_t i) -> int64_t {
+    const int64_t j = topk ? int64_t(topk[int64_t(t) * topk_k + i]) : i;
+    if (j < 0 || j > p) return -1;
+    return block_table ? cache_row(block_table, max_blocks, block_size, s, j) : (starts[s] + j);
+  };
+  for (int64_t i = warp; i < len; i += n_warps) {
+    const int64_t row = row_of(i);
+    float dot = 0.0f;
+    if (row >= 0) {
+      const Tk* kr = k + row * k_stride + (block_table ? 0 : h * qk);
+      for (int64_t d = lane; d < qk; d += 32) dot += to_f32(qr[d]) * to_f32(kr[d]);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) sc[i] = row >= 0 ? dot * scale : -INFINITY;
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) mx = fmaxf(mx, sc[i]);
+  mx = block_max(mx, red);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x)
+    sum += sc[i] == -INFINITY ? 0.0f : expf(sc[i] - mx);
+  sum = block_sum(sum, red);
+  for (int64_t c = threadIdx.x; c < vd; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < len; ++i) {
+      if (sc[i] == -INFINITY) continue;
+      const int64_t row = row_of(i);
+      acc += expf(sc[i] - mx) * to_f32(v[row * v_stride + (block_table ? 0 : h * vd) + c]);
+    }
+    out[(int64_t(t) * H + h) * vd + c] = from_f32<To>(acc / sum);
+  }
+}
+
+template <typename Tq, typename Tk, typename To>
+void launch_generic(Tensor out, Tensor q, const Tk* k, const Tk* v, int64_t k_stride,
+                    int64_t v_stride, int64_t vd, const AttentionMeta& m, Tensor topk_indices,
+                    float scale, bool paged) {
+  const int64_t H = q.size(1), qk = q.size(2);
+  const bool sparse = topk_indices.data != nullptr;
+  const int64_t topk_k = sparse ? topk_indices.size(1) : 0;
+  const int64_t ld = sparse ? topk_k : m.block_table.size(1) * m.block_size;
+  auto* scores = static_cast<float*>(
+      scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
+  const int64_t* starts = paged ? nullptr : kv_starts(m);
+  mla_generic_kernel<Tq, Tk, To><<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
+      static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk, k_stride,
+      vd, v_stride, m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
+      paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1), m.block_size, starts,
+      sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
 void check_meta(const AttentionMeta& m, const char* op) {
   check_device(m.query_start_loc, op, "query_start_loc");
   check_device(m.positions, op, "positions");
@@ -311,6 +402,19 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   check_device(latent_cache, "mla_attention_absorbed", "latent_cache");
   check_meta(m, "mla_attention_absorbed");
   const int64_t H = q.size(1);
+  if (q.size(2) != kWidth || out.size(2) != kLat || H % kHeadsPerBlock != 0) {
+    const int64_t width = latent_cache.size(-1);
+    OSPREY_CHECK(q.size(2) == width && out.size(0) == m.n_tokens && out.size(1) == H &&
+                     out.size(2) < width,
+                 "absorbed MLA shapes");
+    if (m.n_tokens == 0) return;
+    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+      const Tc* c = static_cast<const Tc*>(latent_cache.data);
+      launch_generic<Tq, Tc, To>(out, q, c, c, width, width, out.size(2), m, topk_indices, scale,
+                                 /*paged=*/true);
+    })));
+    return;
+  }
   OSPREY_CHECK(q.size(2) == kWidth && latent_cache.size(-1) == kWidth && out.size(2) == kLat &&
                    out.size(0) == m.n_tokens && out.size(1) == H && H % kHeadsPerBlock == 0,
                "absorbed MLA shapes (CUDA: kv_lora 512 + rope 64, heads a multiple of 8)");
@@ -354,6 +458,19 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
   check_device(v, "mla_attention_expanded", "v");
   check_meta(m, "mla_attention_expanded");
   const int64_t H = q.size(1);
+  if (q.size(2) != kQk || v.size(2) != kV || H % kHeadsPerBlock != 0) {
+    const int64_t qk = q.size(2), vd = v.size(2);
+    OSPREY_CHECK(k.size(1) == H && k.size(2) == qk && v.size(1) == H && out.size(2) == vd &&
+                     k.dtype == v.dtype,
+                 "expanded MLA shapes");
+    if (m.n_tokens == 0) return;
+    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+      launch_generic<Tq, Tk, To>(out, q, static_cast<const Tk*>(k.data),
+                                 static_cast<const Tk*>(v.data), H * qk, H * vd, vd, m,
+                                 topk_indices, scale, /*paged=*/false);
+    })));
+    return;
+  }
   OSPREY_CHECK(q.size(2) == kQk && k.size(1) == H && k.size(2) == kQk && v.size(1) == H &&
                    v.size(2) == kV && out.size(2) == kV && k.dtype == v.dtype &&
                    H % kHeadsPerBlock == 0,

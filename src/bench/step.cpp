@@ -1,0 +1,122 @@
+#include "bench/step.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <numeric>
+#include <random>
+
+#include "bench/step_cost.h"
+#include "core/error.h"
+#include "model/greedy.h"
+#include "model/make_model.h"
+#include "model/safetensors.h"
+
+#ifdef OSPREY_WITH_CUDA
+#include "core/device_buffer.h"
+#include "ops/ceilings.h"
+#include "ops/tensor_ops.h"
+#endif
+
+namespace osprey::bench {
+
+#ifndef OSPREY_WITH_CUDA
+void run_step_benchmark(const StepOptions&) {
+  fail("osprey bench step needs the CUDA backend: rebuild where nvcc is installed");
+}
+#else
+
+namespace {
+struct Row {
+  std::string what;
+  ops::cuda::Timing t;
+  StepCost cost;
+  int tokens;
+};
+}  // namespace
+
+void run_step_benchmark(const StepOptions& o) {
+  if (cuda::device_count() == 0) fail("osprey bench step: no CUDA device");
+  if (o.model_dir.empty() == o.preset.empty()) fail("give one of --model DIR or --preset NAME");
+  const bool dummy = !o.preset.empty() || o.load_format == "dummy";
+  ModelConfig c = o.preset.empty() ? ModelConfig::from_file(o.model_dir) : preset_config(o.preset);
+  bool fp8 = o.fp8;
+  ModelWeights w;
+  if (dummy) {
+    w = make_dummy_weights_cuda(c, o.seed, fp8);
+  } else {
+    Checkpoint ck(o.model_dir);
+    w = load_weights_cuda(ck, c);
+    fp8 = w.layers[0].attn.kv_a_proj.weight.dtype == DType::F8_E4M3;
+  }
+  DeepseekModel model(c, std::move(w));
+  size_t free_b = 0, total_b = 0;
+  ops::cuda::memory_info(&free_b, &total_b);
+  std::printf("model: %s, %d layers (%s), weights %s; GPU memory used %.1f GB of %.1f GB\n",
+              o.preset.empty() ? o.model_dir.c_str() : o.preset.c_str(), c.num_hidden_layers,
+              fp8 ? "FP8 linears" : "BF16 linears", dummy ? "random on the GPU (dummy)" : "from files",
+              double(total_b - free_b) / 1e9, double(total_b) / 1e9);
+
+  // Ceilings of this card, now.
+  const double copy_gbs = ops::cuda::copy_bandwidth_gbs(size_t(4) << 30);
+  const double bf16_tflops = ops::cuda::bf16_gemm_tflops(8192);
+  std::printf("ceilings: device copy %.0f GB/s (read + write, 4 GiB), BF16 GEMM 8192^3 %.0f TFLOP/s\n",
+              copy_gbs, bf16_tflops);
+
+  std::mt19937 rng(uint32_t(o.seed));
+  std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  const int64_t blocks_per_seq = (std::max(o.context, o.prefill) + kBlockSize) / kBlockSize + 1;
+  PagedKVCache cache = model.make_cache(blocks_per_seq * max_batch);
+  // Random cache contents (never time on zeros): as if every sequence had `context` tokens.
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    ops::cuda::fill_uniform(cache.latent(l), o.seed + 100 + uint64_t(l), -1.0f, 1.0f);
+    if (c.has_indexer) ops::cuda::fill_uniform(cache.index_keys(l), o.seed + 200 + uint64_t(l), -1.0f, 1.0f);
+  }
+  auto blocks_of = [&](int s) {
+    std::vector<int32_t> b(static_cast<size_t>(blocks_per_seq));
+    std::iota(b.begin(), b.end(), int32_t(s * blocks_per_seq));
+    return b;
+  };
+
+  std::vector<Row> rows;
+  for (int B : o.batches) {
+    std::vector<SeqStep> seqs;
+    for (int s = 0; s < B; ++s)
+      seqs.push_back(SeqStep{{tok(rng)}, int32_t(o.context - 1), blocks_of(s), false});
+    OwnedBatch batch(seqs, kBlockSize);
+    Buffer logits(DType::F32, {B, c.vocab_size});
+    const auto t = ops::cuda::time_events([&] { model.forward(batch.batch(), cache, logits); },
+                                          o.warmup, o.iters);
+    rows.push_back({"decode B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), t,
+                    decode_cost(c, fp8, B, o.context), B});
+  }
+  if (o.prefill > 0) {
+    std::vector<int32_t> prompt(static_cast<size_t>(o.prefill));
+    for (auto& x : prompt) x = tok(rng);
+    OwnedBatch batch({SeqStep{prompt, 0, blocks_of(0), false}}, kBlockSize);
+    Buffer logits(DType::F32, {1, c.vocab_size});
+    const auto t = ops::cuda::time_events([&] { model.forward(batch.batch(), cache, logits); }, 1,
+                                          o.prefill_iters);
+    rows.push_back({"prefill " + std::to_string(o.prefill), t, prefill_cost(c, fp8, o.prefill),
+                    int(o.prefill)});
+  }
+
+  std::printf("\n%-24s %9s %9s %8s %9s %7s %9s %7s %8s %10s\n", "step", "median_ms", "min_ms",
+              "GB", "GB/s", "%copy", "TFLOP/s", "%bf16", "experts", "tok/s");
+  for (const Row& r : rows) {
+    const double s = r.t.median_ms * 1e-3;
+    const double gbs = r.cost.bytes() / s / 1e9, tf = r.cost.flops / s / 1e12;
+    std::printf("%-24s %9.3f %9.3f %8.2f %9.0f %6.1f%% %9.1f %6.1f%% %8.1f %10.0f\n", r.what.c_str(),
+                r.t.median_ms, r.t.min_ms, r.cost.bytes() / 1e9, gbs, 100.0 * gbs / copy_gbs, tf,
+                100.0 * tf / bf16_tflops, r.cost.experts_touched, double(r.tokens) / s);
+  }
+  std::printf("(median of %d decode / %d prefill steps after warm-up, CUDA events around "
+              "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
+              "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
+              o.iters, o.prefill_iters);
+}
+
+#endif
+
+}  // namespace osprey::bench

@@ -1,0 +1,26 @@
+// `osprey bench step`: times one model's prefill and decode steps on the GPU (CUDA events, warm-up,
+// median of many) and prints achieved GB/s and TFLOP/s beside the card's ceilings measured in the
+// same run (BENCHMARKS.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace osprey::bench {
+
+struct StepOptions {
+  std::string model_dir;  // a model folder, or
+  std::string preset;     // a make-model preset (dsv32) with random weights made on the GPU
+  std::string load_format = "auto";  // auto (from files) | dummy (random device weights)
+  std::vector<int> batches = {1};
+  int64_t context = 5000;
+  int64_t prefill = 0;  // > 0: also time a prefill of this many tokens
+  int warmup = 3, iters = 20, prefill_iters = 5;
+  uint64_t seed = 0;
+  bool fp8 = true;  // dummy weights: FP8 linears (as the checkpoint would have them)
+};
+
+void run_step_benchmark(const StepOptions& o);
+
+}  // namespace osprey::bench

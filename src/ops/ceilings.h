@@ -1,0 +1,25 @@
+// The card's ceilings measured in the same run as a benchmark (BENCHMARKS.md), and event timing.
+// CUDA only (ops/cuda/ceilings.cu); callers guard with OSPREY_WITH_CUDA.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace osprey::ops::cuda {
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int iters = 0;
+};
+// Times fn with CUDA events around each call (after `warmup` untimed calls): median, min, max.
+Timing time_events(const std::function<void()>& fn, int warmup, int iters);
+
+// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), a plain vectorised copy
+// kernel over `bytes`-sized random buffers; median of 20 after warm-up.
+double copy_bandwidth_gbs(size_t bytes);
+// Free and total device memory in bytes.
+void memory_info(size_t* free_bytes, size_t* total_bytes);
+// BF16 matrix rate in TFLOP/s: n×n×n GEMM through cuBLASLt on random data; median of 20.
+double bf16_gemm_tflops(int n);
+
+}  // namespace osprey::ops::cuda
