@@ -125,6 +125,8 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
                    shape_str(f.shape));
       std::copy_n(f.ptr<int32_t>(), f.numel(), topk.ptr<int32_t>());
     }
+    if (ablation_.indexer_recent) select_recent_positions(topk, b.attn.positions);
+    if (ablation_.dense_attention) topk = Buffer();  // empty: every causal position
   }
 
   Buffer attn = f32({T, H, vd});  // [n_tokens, H, v]
@@ -160,6 +162,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
   if (o.dump) o.dump->put(stage(l, "attn_heads"), attn);
   ops::linear(out, attn.view().reshape({T, H * vd}), w.o_proj);
+  if (l == ablation_.zero_attention_layer) std::fill_n(out.f32(), out.numel(), 0.0f);
 }
 
 void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const ForwardBatch& b,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv/paged_cache.h"
+#include "model/ablation.h"
 #include "model/config.h"
 #include "model/dump.h"
 #include "model/forward_batch.h"
@@ -33,6 +34,9 @@ class DeepseekModel {
   DeepseekModel(ModelConfig config, ModelWeights weights);
 
   const ModelConfig& config() const { return config_; }
+  // Negative controls for `osprey eval` (model/ablation.h); every forward uses them until reset.
+  void set_ablation(const ModelAblation& a) { ablation_ = a; }
+  const ModelAblation& ablation() const { return ablation_; }
   // logits [n_logits, vocab] F32 for batch.logits_indices; writes this step's cache entries.
   void forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                const ForwardOptions& opts = {}) const;
@@ -52,6 +56,7 @@ class DeepseekModel {
   Buffer inv_freq_;  // [qk_rope_head_dim / 2]
   float rope_attention_factor_;
   float softmax_scale_;
+  ModelAblation ablation_;
 };
 
 }  // namespace osprey
