@@ -6,13 +6,20 @@ pair counts over a deterministic corpus of short arithmetic word problems, DeepS
 tokens first (bos 0, eos 1, <｜User｜>, <｜Assistant｜>, <think>, </think>), then the 256 byte
 symbols, then the merges, to exactly --vocab ids.
 
+--corpus arith trains on the problems and worked solutions of tools/arith/generate.py (training
+seeds only) and splits every digit into its own piece first (a Split pre-tokenizer on \p{N}, as
+DeepSeek splits \p{N}{1,3}), so numbers are spelled digit by digit: what a small model needs to
+learn column arithmetic. That is the tokenizer of the arithmetic model (models/osprey-arith).
+
   python3 tools/make_bundled_tokenizer.py --vocab 512 --out models/osprey-tiny
+  python3 tools/make_bundled_tokenizer.py --corpus arith --vocab 512 --out models/osprey-arith
 """
 import argparse
 import json
 import os
 import random
 import re
+import sys
 from collections import Counter
 
 SPECIALS = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
@@ -53,17 +60,30 @@ def corpus(n, seed):
     return out
 
 
+ARITH_TRAIN_PROBLEMS = 5000
+
+
+def arith_corpus(n):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "arith"))
+    import generate  # tools/arith/generate.py
+    return [p["question"] + " " + p["solution"] for p in generate.training_problems(n)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--corpus", choices=["simple", "arith"], default="simple")
     args = ap.parse_args()
     alpha = byte_alphabet()
     words = Counter()
-    for line in corpus(4000, args.seed):
-        for piece in PIECE.findall(line):
-            words[tuple(alpha[b] for b in piece.encode("utf-8"))] += 1
+    split_digits = args.corpus == "arith"
+    lines = arith_corpus(ARITH_TRAIN_PROBLEMS) if split_digits else corpus(4000, args.seed)
+    for line in lines:
+        for part in (re.split(r"([0-9])", line) if split_digits else [line]):
+            for piece in PIECE.findall(part):
+                words[tuple(alpha[b] for b in piece.encode("utf-8"))] += 1
     n_merges = args.vocab - len(SPECIALS) - 256
     merges = []
     words = dict(words)
@@ -96,6 +116,14 @@ def main():
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
     assert len(vocab) == args.vocab, (len(vocab), args.vocab)
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                  "use_regex": True}
+    pre_tokenizer = byte_level
+    if split_digits:
+        pre_tokenizer = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
+             "invert": False},
+            byte_level]}
     tok = {
         "version": "1.0",
         "truncation": None,
@@ -103,8 +131,7 @@ def main():
         "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
                           "normalized": False, "special": True} for i, s in enumerate(SPECIALS)],
         "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                          "use_regex": True},
+        "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                     "use_regex": True},

@@ -22,6 +22,15 @@ namespace {
 std::string stage(int layer, const char* name) {
   return "layers." + std::to_string(layer) + "." + name;
 }
+// The indexer_recent control on either device (a host round trip: a diagnostic, not a hot path).
+void recent_positions(Tensor topk, Tensor positions) {
+  if (topk.device == Device::CPU && positions.device == Device::CPU)
+    return select_recent_positions(topk, positions);
+  Buffer t(DType::I32, topk.shape), p(DType::I32, positions.shape);
+  ops::copy(p, positions);
+  select_recent_positions(t, p);
+  ops::copy(topk, t);
+}
 }  // namespace
 
 DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights)
@@ -176,6 +185,8 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
                    shape_str(f.shape));
       ops::copy(topk, f);
     }
+    if (ablation_.indexer_recent) recent_positions(topk, b.attn.positions);
+    if (ablation_.dense_attention) topk = Tensor{};  // empty: every causal position
   }
 
   Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
@@ -205,6 +216,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
   if (o.dump) o.dump->put(stage(l, "attn_heads"), attn);
   ops::linear(out, attn.reshape({T, H * vd}), w.o_proj);
+  if (l == ablation_.zero_attention_layer) ops::scale(out, 0.0f);  // negative control (eval)
 }
 
 void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const ForwardBatch& b,

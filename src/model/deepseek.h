@@ -22,6 +22,7 @@
 
 #include "core/storage.h"
 #include "kv/paged_cache.h"
+#include "model/ablation.h"
 #include "model/config.h"
 #include "model/dump.h"
 #include "model/forward_batch.h"
@@ -50,6 +51,9 @@ class DeepseekModel {
   PagedKVCache make_cache(int64_t n_blocks) const {
     return PagedKVCache(config_, n_blocks, kBlockSize, device_);
   }
+  // Negative controls for `osprey eval` (model/ablation.h); every forward uses them until reset.
+  void set_ablation(const ModelAblation& a) { ablation_ = a; }
+  const ModelAblation& ablation() const { return ablation_; }
   // logits [n_logits, vocab] F32 for batch.logits_indices; writes this step's cache entries.
   void forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                const ForwardOptions& opts = {}) const;
@@ -80,6 +84,7 @@ class DeepseekModel {
   mutable Storage stage_host_, stage_dev_;  // U8: the packed step metadata, host and device
   float rope_attention_factor_;
   float softmax_scale_;
+  ModelAblation ablation_;
 };
 
 }  // namespace osprey

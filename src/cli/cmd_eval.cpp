@@ -1,0 +1,202 @@
+// osprey eval --task arith: task accuracy, the gate every optimisation must pass (issue #7).
+// Greedy answers to the arithmetic word problems (tests/data/arith/test.jsonl), the final number
+// extracted as lm-eval's GSM8K flexible-extract does, exact-match accuracy with its 95% Wilson
+// interval, the failures to a JSONL file. The model runs here on the CPU engine (--model) or
+// behind any OpenAI-compatible server (--server, /v1/chat/completions). The prompt is the one
+// eval/arith_task.h describes (what tools/train_arith.py trains on).
+//
+// Negative controls (--model only; the gate must be able to fail): --zero-attention-layer L,
+// --indexer-recent; and --dense, the sparsity-off figure (model/ablation.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "bench/client.h"
+#include "bench/url.h"
+#include "cli/command.h"
+#include "cli/model_paths.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/model_bundle.h"
+#include "engine/tokenizer_decoder.h"
+#include "eval/arith_task.h"
+
+namespace osprey::cli {
+namespace {
+
+struct Args {
+  std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA, failures = "arith_failures.jsonl";
+  std::string report, chat_format = "auto", served_model, api_key;
+  int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
+  int zero_attention_layer = -1;
+  bool indexer_recent = false, dense = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::ArithProblem>& ps,
+                                        std::string* label) {
+  const std::string dir = resolve_model_dir(a.model);
+  ModelBundleOptions bo;
+  bo.chat_format = a.chat_format;
+  ModelBundle b = load_model_bundle(dir, bo);
+  if (!b.tokenizer) fail("model '", dir, "' has no tokenizer.json: eval needs text in and out");
+  const ModelConfig& c = b.model->config();
+  ModelAblation ab;
+  ab.zero_attention_layer = a.zero_attention_layer;
+  ab.indexer_recent = a.indexer_recent;
+  ab.dense_attention = a.dense;
+  if (ab.zero_attention_layer < -1 || ab.zero_attention_layer >= c.num_hidden_layers)
+    fail("--zero-attention-layer ", ab.zero_attention_layer, " is not a layer of '", dir, "' (0..",
+         c.num_hidden_layers - 1, ")");
+  if ((ab.indexer_recent || ab.dense_attention) && !c.has_indexer)
+    fail("--indexer-recent and --dense need a model with the V3.2 indexer; '", dir, "' has none");
+  if (ab.indexer_recent && ab.dense_attention) fail("--indexer-recent and --dense exclude each other");
+  b.model->set_ablation(ab);
+  *label = dir;
+
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const auto& p : ps) {
+    prompts.push_back(b.encode_chat({{"user", p.question}}, tokenizer::ChatOptions{}));
+    longest = std::max(longest, prompts.back().size());
+  }
+  EngineConfig ec;
+  ec.max_num_seqs = a.batch;
+  ec.max_model_len = int(std::min<int64_t>(c.max_position_embeddings,
+                                           int64_t(longest) + a.max_tokens + 1));
+  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * a.batch;
+  ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
+  Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = a.max_tokens;
+  std::vector<std::string> outputs;
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t chunk = size_t(a.batch) * 4;  // progress every few batches
+  for (size_t i = 0; i < prompts.size(); i += chunk) {
+    const size_t n = std::min(chunk, prompts.size() - i);
+    std::vector<std::vector<int32_t>> part(prompts.begin() + int64_t(i),
+                                           prompts.begin() + int64_t(i + n));
+    for (Engine::Result& r : e.generate(part, std::vector<SamplingParams>(n, sp)))
+      outputs.push_back(std::move(r.text));
+    std::fprintf(stderr, "\r%zu/%zu problems answered (%.1f s)", outputs.size(), prompts.size(),
+                 seconds_since(t0));
+  }
+  std::fprintf(stderr, "\n");
+  return outputs;
+}
+
+std::vector<std::string> answer_server(const Args& a, const std::vector<eval::ArithProblem>& ps,
+                                       std::string* label) {
+  bench::HttpTarget target{bench::parse_base_url(a.server), a.api_key};
+  std::string model = a.served_model;
+  if (model.empty()) {  // the server's first model
+    const bench::HttpResponse r = bench::http_get(target, "/v1/models");
+    if (r.status != 200) fail(a.server, "/v1/models answered ", r.status, ": give --served-model");
+    try {
+      model = nlohmann::json::parse(r.body).at("data").at(0).at("id").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      fail(a.server, "/v1/models: no model id in the answer (", e.what(), "): give --served-model");
+    }
+  }
+  *label = a.server + " (" + model + ")";
+  std::vector<bench::PlannedRequest> reqs;
+  for (const auto& p : ps) {
+    const nlohmann::json body = {{"model", model},
+                                 {"messages", {{{"role", "user"}, {"content", p.question}}}},
+                                 {"max_tokens", a.max_tokens},
+                                 {"temperature", 0},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}};
+    reqs.push_back({body.dump(), 0, a.max_tokens});
+  }
+  bench::RunOptions ro;
+  ro.endpoint = "/v1/chat/completions";
+  ro.send_times.assign(reqs.size(), 0.0);
+  ro.max_concurrency = a.concurrency;
+  ro.on_progress = [](size_t done, size_t total) {
+    if (done % 50 == 0 || done == total) std::fprintf(stderr, "\r%zu/%zu problems answered", done, total);
+  };
+  const bench::RunOutcome out = bench::run_requests(target, reqs, ro);
+  std::fprintf(stderr, "\n");
+  std::vector<std::string> outputs;
+  size_t failed = 0;
+  for (const auto& r : out.results) {
+    if (!r.success && failed++ == 0) std::fprintf(stderr, "request failed: %s\n", r.error.c_str());
+    outputs.push_back(r.success ? r.generated_text : std::string());
+  }
+  if (failed == out.results.size()) fail("every request to ", a.server, " failed");
+  if (failed) std::fprintf(stderr, "%zu requests failed (scored as wrong)\n", failed);
+  return outputs;
+}
+
+void run(const Args& a) {
+  if (a.task != "arith") fail("unknown task '", a.task, "' (tasks: arith)");
+  if (!a.model.empty() && !a.server.empty()) fail("give --model or --server, not both");
+  if (a.max_tokens < 1 || a.batch < 1 || a.concurrency < 1)
+    fail("--max-tokens, --batch and --concurrency must be at least 1");
+  if (!a.server.empty() && (a.zero_attention_layer >= 0 || a.indexer_recent || a.dense))
+    fail("--zero-attention-layer, --indexer-recent and --dense act on the model here: use --model");
+  std::vector<eval::ArithProblem> ps = eval::load_arith_problems(a.data);
+  if (a.limit < 0) fail("--limit must be positive");
+  if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string label;
+  const std::vector<std::string> outputs =
+      a.server.empty() ? answer_offline(a, ps, &label) : answer_server(a, ps, &label);
+  const double secs = seconds_since(t0);
+  const eval::EvalSummary s = eval::score_outputs(ps, outputs, a.failures);
+  std::printf("arith: %s\n", label.c_str());
+  std::printf("accuracy %.4f (%lld/%lld), 95%% CI [%.4f, %.4f]; %lld without a number; %.1f s\n",
+              s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
+              (long long)s.invalid, secs);
+  std::printf("failures: %s (%lld)\n", a.failures.c_str(), (long long)(s.n - s.correct));
+  if (!a.report.empty()) {
+    std::ofstream f(a.report);
+    if (!f) fail("cannot write the report '", a.report, "'");
+    const nlohmann::json j = {{"task", "arith"},
+                              {"target", label},
+                              {"data", a.data},
+                              {"n", s.n},
+                              {"correct", s.correct},
+                              {"invalid", s.invalid},
+                              {"accuracy", s.accuracy},
+                              {"ci95", {s.ci95.lo, s.ci95.hi}},
+                              {"zero_attention_layer", a.zero_attention_layer},
+                              {"indexer_recent", a.indexer_recent},
+                              {"dense", a.dense},
+                              {"seconds", secs}};
+    f << j.dump(1) << "\n";
+  }
+}
+
+void register_cmd(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
+  sub->add_option("--task", a->task, "the task: arith")->required();
+  sub->add_option("--model", a->model, "model folder, run here on the CPU (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--server", a->server, "an OpenAI-compatible server's base URL (http://host:port)");
+  sub->add_option("--served-model", a->served_model, "the model name sent to --server (default: its first in /v1/models)");
+  sub->add_option("--api-key", a->api_key, "bearer token for --server");
+  sub->add_option("--data", a->data, "problems, JSONL (default: tests/data/arith/test.jsonl)");
+  sub->add_option("--limit", a->limit, "only the first N problems");
+  sub->add_option("--failures", a->failures, "JSONL of the wrong answers (default arith_failures.jsonl)");
+  sub->add_option("--report", a->report, "also write the summary as JSON here");
+  sub->add_option("--chat-format", a->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
+  sub->add_option("--max-tokens", a->max_tokens, "tokens per answer at most (default 256)");
+  sub->add_option("--batch", a->batch, "sequences decoded together (--model, default 64)");
+  sub->add_option("--concurrency", a->concurrency, "requests in flight (--server, default 32)");
+  sub->add_option("--zero-attention-layer", a->zero_attention_layer, "negative control: layer L's attention output set to zero");
+  sub->add_flag("--indexer-recent", a->indexer_recent, "negative control: attend the most recent index_topk positions, not the indexer's");
+  sub->add_flag("--dense", a->dense, "sparsity off: attend every causal position (index_topk above any sequence)");
+  sub->callback([a] { run(*a); });
+}
+
+}  // namespace
+OSPREY_REGISTER_COMMAND(register_cmd);
+}  // namespace osprey::cli
