@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every CUDA twin test binary (test_cuda_*) and prints a summary table: per binary the result,
-# tests passed/failed/skipped and seconds, then each twin's measured error (the TWIN lines) and
-# the FP8 GEMM path that ran. Full logs go into the folder given as the argument.
+# Runs every GPU test binary — the CUDA twin tests (test_cuda_*) and the GPU goldens
+# (test_goldens_gpu) — and prints a summary table: per binary the result, tests
+# passed/failed/skipped and seconds, then each twin's measured error (the TWIN lines), the FP8 GEMM
+# path that ran, and the goldens' errors (GPUGOLDEN lines). Full logs go into the folder given.
 # Usage: scripts/gpu_tests.sh LOG_DIR
 #   Binaries are taken from $OSPREY_GPU_BIN, else bin/ beside this script (a carried folder), else
 #   build-cuda/tests/ops (a CUDA build in the repository). Exit status: non-zero if any failed.
@@ -16,7 +17,7 @@ fi
 nvidia-smi -L 2>&1 | tee "$log_dir/summary.txt"
 status=0
 rows=()
-for t in "$bin"/test_cuda_*; do
+for t in "$bin"/test_cuda_* "$bin"/test_goldens_gpu; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
   start=$(date +%s.%N)
@@ -36,6 +37,9 @@ done
   echo
   echo "== FP8 GEMM paths =="
   cat "$log_dir"/test_cuda_*.log | grep -h '^FP8PATH' | sort | uniq -c
+  echo
+  echo "== GPU goldens (per-position error over max |ref|; greedy agreement) =="
+  grep -h '^GPUGOLDEN' "$log_dir"/test_goldens_gpu.log 2>/dev/null | sed 's/^GPUGOLDEN //'
   echo
   printf '%-20s %-12s %6s %6s %7s %8s\n' binary result passed failed skipped seconds
   printf '%s\n' "${rows[@]}"
