@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libcli11-dev libopenblas-dev libpcre2-dev libxxhash-dev
       libgtest-dev libgmock-dev libboost-dev clang libclang-rt-14-dev nodejs npm)
 pkgs+=(libicu-dev)  # tokenizer: Unicode normalization forms (NFC, NFKC) and character classes
+pkgs+=(python3)     # the arithmetic data check (tools/arith/check_data.py)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
