@@ -54,6 +54,20 @@ LayerParts parts(const ModelConfig& c, bool fp8) {
 double head_bytes(const ModelConfig& c) {
   return 2.0 * double(c.vocab_size) * double(c.hidden_size) + 4.0 * double(c.hidden_size);
 }
+// Layer l's weight bytes read (MoE: the experts the step touches) and active parameters per token.
+void add_layer_weights(const ModelConfig& c, const LayerParts& p, int l, double experts_touched,
+                       double* bytes, double* active) {
+  *bytes += p.attn_bytes;
+  *active += p.attn_params;
+  if (c.is_moe_layer(l)) {
+    *bytes += p.router_bytes + p.shared_bytes + experts_touched * p.expert_bytes;
+    *active += p.router_params + p.shared_params + c.num_experts_per_tok * p.expert_params;
+  } else {
+    *bytes += p.mlp_bytes;
+    *active += p.mlp_params;
+  }
+}
+
 }  // namespace
 
 double expected_experts(int n_experts, int top_k, int64_t tokens) {
@@ -67,15 +81,7 @@ StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context)
   const int64_t attended = c.has_indexer ? std::min<int64_t>(context, c.index_topk) : context;
   double active = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    s.weight_bytes += p.attn_bytes;
-    active += p.attn_params;
-    if (c.is_moe_layer(l)) {
-      s.weight_bytes += p.router_bytes + p.shared_bytes + s.experts_touched * p.expert_bytes;
-      active += p.router_params + p.shared_params + c.num_experts_per_tok * p.expert_params;
-    } else {
-      s.weight_bytes += p.mlp_bytes;
-      active += p.mlp_params;
-    }
+    add_layer_weights(c, p, l, s.experts_touched, &s.weight_bytes, &active);
     s.cache_bytes += double(batch) * attended * (c.kv_lora_rank + c.qk_rope_head_dim) * 2.0;
     if (c.has_indexer) s.cache_bytes += double(batch) * double(context) * c.index_head_dim * 2.0;
     const double H = c.num_attention_heads;
@@ -103,15 +109,7 @@ StepCost prefill_cost(const ModelConfig& c, bool fp8, int64_t tokens) {
   double active = 0;
   const double H = c.num_attention_heads;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    s.weight_bytes += p.attn_bytes;
-    active += p.attn_params;
-    if (c.is_moe_layer(l)) {
-      s.weight_bytes += p.router_bytes + p.shared_bytes + s.experts_touched * p.expert_bytes;
-      active += p.router_params + p.shared_params + c.num_experts_per_tok * p.expert_params;
-    } else {
-      s.weight_bytes += p.mlp_bytes;
-      active += p.mlp_params;
-    }
+    add_layer_weights(c, p, l, s.experts_touched, &s.weight_bytes, &active);
     s.flops += pairs * 2.0 * H * (c.qk_head_dim() + c.v_head_dim);
     if (c.has_indexer) s.flops += scored * 2.0 * c.index_n_heads * c.index_head_dim;
   }
