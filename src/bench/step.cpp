@@ -54,14 +54,16 @@ void run_step_benchmark(const StepOptions& o) {
   ops::cuda::memory_info(&free_b, &total_b);
   std::printf("model: %s, %d layers (%s), weights %s; GPU memory used %.1f GB of %.1f GB\n",
               o.preset.empty() ? o.model_dir.c_str() : o.preset.c_str(), c.num_hidden_layers,
-              fp8 ? "FP8 linears" : "BF16 linears", dummy ? "random on the GPU (dummy)" : "from files",
-              double(total_b - free_b) / 1e9, double(total_b) / 1e9);
+              fp8 ? "FP8 linears" : "BF16 linears",
+              dummy ? "random on the GPU (dummy)" : "from files", double(total_b - free_b) / 1e9,
+              double(total_b) / 1e9);
 
   // Ceilings of this card, now.
   const double copy_gbs = ops::cuda::copy_bandwidth_gbs(size_t(4) << 30);
   const double bf16_tflops = ops::cuda::bf16_gemm_tflops(8192);
-  std::printf("ceilings: device copy %.0f GB/s (read + write, 4 GiB), BF16 GEMM 8192^3 %.0f TFLOP/s\n",
-              copy_gbs, bf16_tflops);
+  std::printf(
+      "ceilings: device copy %.0f GB/s (read + write, 4 GiB), BF16 GEMM 8192^3 %.0f TFLOP/s\n",
+      copy_gbs, bf16_tflops);
 
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
@@ -71,7 +73,8 @@ void run_step_benchmark(const StepOptions& o) {
   // Random cache contents (never time on zeros): as if every sequence had `context` tokens.
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     ops::cuda::fill_uniform(cache.latent(l), o.seed + 100 + uint64_t(l), -1.0f, 1.0f);
-    if (c.has_indexer) ops::cuda::fill_uniform(cache.index_keys(l), o.seed + 200 + uint64_t(l), -1.0f, 1.0f);
+    if (c.has_indexer)
+      ops::cuda::fill_uniform(cache.index_keys(l), o.seed + 200 + uint64_t(l), -1.0f, 1.0f);
   }
   auto blocks_of = [&](int s) {
     std::vector<int32_t> b(static_cast<size_t>(blocks_per_seq));
@@ -102,19 +105,21 @@ void run_step_benchmark(const StepOptions& o) {
                     int(o.prefill)});
   }
 
-  std::printf("\n%-24s %9s %9s %8s %9s %7s %9s %7s %8s %10s\n", "step", "median_ms", "min_ms",
-              "GB", "GB/s", "%copy", "TFLOP/s", "%bf16", "experts", "tok/s");
+  std::printf("\n%-24s %9s %9s %8s %9s %7s %9s %7s %8s %10s\n", "step", "median_ms", "min_ms", "GB",
+              "GB/s", "%copy", "TFLOP/s", "%bf16", "experts", "tok/s");
   for (const Row& r : rows) {
     const double s = r.t.median_ms * 1e-3;
     const double gbs = r.cost.bytes() / s / 1e9, tf = r.cost.flops / s / 1e12;
-    std::printf("%-24s %9.3f %9.3f %8.2f %9.0f %6.1f%% %9.1f %6.1f%% %8.1f %10.0f\n", r.what.c_str(),
-                r.t.median_ms, r.t.min_ms, r.cost.bytes() / 1e9, gbs, 100.0 * gbs / copy_gbs, tf,
-                100.0 * tf / bf16_tflops, r.cost.experts_touched, double(r.tokens) / s);
+    std::printf("%-24s %9.3f %9.3f %8.2f %9.0f %6.1f%% %9.1f %6.1f%% %8.1f %10.0f\n",
+                r.what.c_str(), r.t.median_ms, r.t.min_ms, r.cost.bytes() / 1e9, gbs,
+                100.0 * gbs / copy_gbs, tf, 100.0 * tf / bf16_tflops, r.cost.experts_touched,
+                double(r.tokens) / s);
   }
-  std::printf("(median of %d decode / %d prefill steps after warm-up, CUDA events around "
-              "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
-              "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
-              o.iters, o.prefill_iters);
+  std::printf(
+      "(median of %d decode / %d prefill steps after warm-up, CUDA events around "
+      "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
+      "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
+      o.iters, o.prefill_iters);
 }
 
 #endif

@@ -86,7 +86,8 @@ StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context)
     if (c.has_indexer) s.cache_bytes += double(batch) * double(context) * c.index_head_dim * 2.0;
     const double H = c.num_attention_heads;
     s.flops += double(batch) * attended * 2.0 * H * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);
-    s.flops += double(batch) * 2.0 * H * c.qk_nope_head_dim * c.kv_lora_rank * 2.0;  // absorb+unabsorb
+    s.flops +=
+        double(batch) * 2.0 * H * c.qk_nope_head_dim * c.kv_lora_rank * 2.0;  // absorb+unabsorb
     if (c.has_indexer)
       s.flops += double(batch) * double(context) * 2.0 * c.index_n_heads * c.index_head_dim;
   }

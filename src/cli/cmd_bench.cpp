@@ -70,21 +70,26 @@ void add_serve(CLI::App& bench) {
                   "explicit options override it");
   sub->add_option("--dataset", o.dataset, "random")->capture_default_str();
   auto* in = sub->add_option("--input-len", o.input_len, "prompt tokens")->capture_default_str();
-  auto* out = sub->add_option("--output-len", o.output_len, "output tokens (max_tokens, ignore_eos)")
-                  ->capture_default_str();
-  sub->add_option("--range-ratio", o.range_ratio,
-                  "lengths uniform in [len*(1-r), len*(1+r)]")->capture_default_str();
-  auto* np = sub->add_option("--num-prompts", o.num_prompts, "requests to send")->capture_default_str();
+  auto* out =
+      sub->add_option("--output-len", o.output_len, "output tokens (max_tokens, ignore_eos)")
+          ->capture_default_str();
+  sub->add_option("--range-ratio", o.range_ratio, "lengths uniform in [len*(1-r), len*(1+r)]")
+      ->capture_default_str();
+  auto* np =
+      sub->add_option("--num-prompts", o.num_prompts, "requests to send")->capture_default_str();
   auto* mc = sub->add_option("--max-concurrency", o.max_concurrency,
-                             "requests in flight at most (0: no limit)")->capture_default_str();
+                             "requests in flight at most (0: no limit)")
+                 ->capture_default_str();
   sub->add_option("--request-rate", a->request_rate,
-                  "requests per second, Poisson arrivals; inf sends all at once")->capture_default_str();
-  sub->add_option("--burstiness", o.burstiness,
-                  "gamma shape of the arrival gaps (1: Poisson)")->capture_default_str();
-  sub->add_option("--seed", o.seed, "random seed (prompts, lengths, arrivals)")->capture_default_str();
+                  "requests per second, Poisson arrivals; inf sends all at once")
+      ->capture_default_str();
+  sub->add_option("--burstiness", o.burstiness, "gamma shape of the arrival gaps (1: Poisson)")
+      ->capture_default_str();
+  sub->add_option("--seed", o.seed, "random seed (prompts, lengths, arrivals)")
+      ->capture_default_str();
   sub->add_option("--api-key", o.api_key, "bearer token (default: env OPENAI_API_KEY)");
-  sub->add_option("--metric-percentiles", a->percentiles,
-                  "comma-separated percentiles to report")->capture_default_str();
+  sub->add_option("--metric-percentiles", a->percentiles, "comma-separated percentiles to report")
+      ->capture_default_str();
   sub->add_option("--extra-body", o.extra_body, "JSON object merged into every request body");
   sub->add_option("--request-timeout", o.request_timeout_s, "seconds before a request fails")
       ->capture_default_str();
@@ -125,7 +130,8 @@ std::vector<int> parse_batches(const std::string& s) {
     char* end = nullptr;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v <= 0 || v > 4096)
-      fail("--batch takes batch sizes from 1 to 4096, comma-separated (e.g. 1,16,64), got '", s, "'");
+      fail("--batch takes batch sizes from 1 to 4096, comma-separated (e.g. 1,16,64), got '", s,
+           "'");
     out.push_back(int(v));
     pos = comma + 1;
   }
@@ -143,15 +149,19 @@ void add_step(CLI::App& bench) {
                   "width, 5 layers, FP8)");
   sub->add_option("--load-format", a->load_format, "auto | dummy (random weights on the GPU)")
       ->capture_default_str();
-  sub->add_option("--batch", *batches, "decode batch sizes, comma-separated")->capture_default_str();
+  sub->add_option("--batch", *batches, "decode batch sizes, comma-separated")
+      ->capture_default_str();
   sub->add_option("--context", a->context, "context length of every decoding sequence")
       ->capture_default_str();
   sub->add_option("--prefill", a->prefill, "also time a prefill of this many tokens (0: none)")
       ->capture_default_str();
   sub->add_option("--warmup", a->warmup, "untimed decode steps first")->capture_default_str();
-  sub->add_option("--iters", a->iters, "timed decode steps (median reported)")->capture_default_str();
-  sub->add_option("--prefill-iters", a->prefill_iters, "timed prefill steps")->capture_default_str();
-  sub->add_option("--seed", a->seed, "random weights, cache contents and tokens")->capture_default_str();
+  sub->add_option("--iters", a->iters, "timed decode steps (median reported)")
+      ->capture_default_str();
+  sub->add_option("--prefill-iters", a->prefill_iters, "timed prefill steps")
+      ->capture_default_str();
+  sub->add_option("--seed", a->seed, "random weights, cache contents and tokens")
+      ->capture_default_str();
   sub->add_flag("!--bf16", a->fp8, "dummy weights: BF16 linears instead of FP8");
   sub->callback([a, batches] {
     if (a->load_format != "auto" && a->load_format != "dummy")

@@ -27,7 +27,8 @@ namespace osprey::cli {
 namespace {
 
 struct Args {
-  std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA, failures = "arith_failures.jsonl";
+  std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
+                                   failures = "arith_failures.jsonl";
   std::string report, chat_format = "auto", served_model, api_key;
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
   int zero_attention_layer = -1;
@@ -55,7 +56,8 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
          c.num_hidden_layers - 1, ")");
   if ((ab.indexer_recent || ab.dense_attention) && !c.has_indexer)
     fail("--indexer-recent and --dense need a model with the V3.2 indexer; '", dir, "' has none");
-  if (ab.indexer_recent && ab.dense_attention) fail("--indexer-recent and --dense exclude each other");
+  if (ab.indexer_recent && ab.dense_attention)
+    fail("--indexer-recent and --dense exclude each other");
   b.model->set_ablation(ab);
   *label = dir;
 
@@ -67,8 +69,8 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   }
   EngineConfig ec;
   ec.max_num_seqs = a.batch;
-  ec.max_model_len = int(std::min<int64_t>(c.max_position_embeddings,
-                                           int64_t(longest) + a.max_tokens + 1));
+  ec.max_model_len =
+      int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
   ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * a.batch;
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
@@ -120,7 +122,8 @@ std::vector<std::string> answer_server(const Args& a, const std::vector<eval::Ar
   ro.send_times.assign(reqs.size(), 0.0);
   ro.max_concurrency = a.concurrency;
   ro.on_progress = [](size_t done, size_t total) {
-    if (done % 50 == 0 || done == total) std::fprintf(stderr, "\r%zu/%zu problems answered", done, total);
+    if (done % 50 == 0 || done == total)
+      std::fprintf(stderr, "\r%zu/%zu problems answered", done, total);
   };
   const bench::RunOutcome out = bench::run_requests(target, reqs, ro);
   std::fprintf(stderr, "\n");
@@ -177,23 +180,33 @@ void run(const Args& a) {
 
 void register_cmd(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  CLI::App* sub = app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
+  CLI::App* sub =
+      app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
   sub->add_option("--task", a->task, "the task: arith")->required();
-  sub->add_option("--model", a->model, "model folder, run here on the CPU (default: $OSPREY_MODEL or the bundled model)");
-  sub->add_option("--server", a->server, "an OpenAI-compatible server's base URL (http://host:port)");
-  sub->add_option("--served-model", a->served_model, "the model name sent to --server (default: its first in /v1/models)");
+  sub->add_option(
+      "--model", a->model,
+      "model folder, run here on the CPU (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--server", a->server,
+                  "an OpenAI-compatible server's base URL (http://host:port)");
+  sub->add_option("--served-model", a->served_model,
+                  "the model name sent to --server (default: its first in /v1/models)");
   sub->add_option("--api-key", a->api_key, "bearer token for --server");
   sub->add_option("--data", a->data, "problems, JSONL (default: tests/data/arith/test.jsonl)");
   sub->add_option("--limit", a->limit, "only the first N problems");
-  sub->add_option("--failures", a->failures, "JSONL of the wrong answers (default arith_failures.jsonl)");
+  sub->add_option("--failures", a->failures,
+                  "JSONL of the wrong answers (default arith_failures.jsonl)");
   sub->add_option("--report", a->report, "also write the summary as JSON here");
-  sub->add_option("--chat-format", a->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
+  sub->add_option("--chat-format", a->chat_format,
+                  "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
   sub->add_option("--max-tokens", a->max_tokens, "tokens per answer at most (default 256)");
   sub->add_option("--batch", a->batch, "sequences decoded together (--model, default 64)");
   sub->add_option("--concurrency", a->concurrency, "requests in flight (--server, default 32)");
-  sub->add_option("--zero-attention-layer", a->zero_attention_layer, "negative control: layer L's attention output set to zero");
-  sub->add_flag("--indexer-recent", a->indexer_recent, "negative control: attend the most recent index_topk positions, not the indexer's");
-  sub->add_flag("--dense", a->dense, "sparsity off: attend every causal position (index_topk above any sequence)");
+  sub->add_option("--zero-attention-layer", a->zero_attention_layer,
+                  "negative control: layer L's attention output set to zero");
+  sub->add_flag("--indexer-recent", a->indexer_recent,
+                "negative control: attend the most recent index_topk positions, not the indexer's");
+  sub->add_flag("--dense", a->dense,
+                "sparsity off: attend every causal position (index_topk above any sequence)");
   sub->callback([a] { run(*a); });
 }
 

@@ -84,7 +84,8 @@ void run_prompt(const Args& a, const std::string& dir) {
 
 void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
-  if (a.tokens.empty() == a.prompt.empty()) fail("generate needs exactly one of --prompt or --tokens");
+  if (a.tokens.empty() == a.prompt.empty())
+    fail("generate needs exactly one of --prompt or --tokens");
   const std::string dir = resolve_model_dir(a.model);
   if (!a.tokens.empty())
     run_tokens(a, dir);
@@ -95,11 +96,13 @@ void run(const Args& a) {
 void register_cmd(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("generate", "generate text from a prompt (CPU)");
-  sub->add_option("--model", args->model, "model folder (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--model", args->model,
+                  "model folder (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--prompt", args->prompt, "the user message (chat-formatted unless --raw)");
   sub->add_option("--tokens", args->tokens, "comma-separated prompt token ids: greedy ids out");
   sub->add_option("--system", args->system, "a system message");
-  sub->add_option("--chat-format", args->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple");
+  sub->add_option("--chat-format", args->chat_format,
+                  "auto | deepseek-v3 | deepseek-v3.1 | simple");
   sub->add_flag("--raw", args->raw, "encode the prompt as plain text, no chat format");
   sub->add_flag("--thinking", args->thinking, "thinking mode (deepseek-v3.1 format)");
   sub->add_option("--max-tokens", args->max_tokens, "tokens to generate (default 64)");

@@ -20,7 +20,8 @@ namespace {
 struct Args {
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
                      load_format = "auto", chat_format = "auto";
-  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048, io_threads = 2;
+  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
+      io_threads = 2;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
   size_t max_request_bytes = size_t(16) << 20, max_queued = 4096;
   bool no_prefix_caching = false;
@@ -33,10 +34,13 @@ void on_signal(int) {
 }
 
 void run(const Args& a, bool kv_given, bool util_given) {
-  if (a.device != "cpu" && a.device != "cuda") fail("--device must be cpu or cuda, got '", a.device, "'");
+  if (a.device != "cpu" && a.device != "cuda")
+    fail("--device must be cpu or cuda, got '", a.device, "'");
   const bool cuda = a.device == "cuda";
   if (util_given && !cuda)
-    fail("--gpu-memory-utilization applies to --device cuda; on the CPU give --kv-cache-memory (GiB)");
+    fail(
+        "--gpu-memory-utilization applies to --device cuda; on the CPU give --kv-cache-memory "
+        "(GiB)");
   if (!(a.gpu_memory_utilization > 0 && a.gpu_memory_utilization < 1))
     fail("--gpu-memory-utilization must be in (0, 1), got ", a.gpu_memory_utilization);
   if (a.load_format != "auto" && a.load_format != "dummy" && a.load_format != "safetensors")
@@ -70,8 +74,9 @@ void run(const Args& a, bool kv_given, bool util_given) {
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
-  AsyncEngine engine(*bundle.model, ec, decoders,
-                     [&metrics](const EngineStats& s) { metrics.observe_step(s.last_step_seconds); });
+  AsyncEngine engine(*bundle.model, ec, decoders, [&metrics](const EngineStats& s) {
+    metrics.observe_step(s.last_step_seconds);
+  });
   server::ServerOptions so;
   so.served_model_name = a.served_model_name.empty() ? dir : a.served_model_name;
   so.api_key = a.api_key;
@@ -85,19 +90,22 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ho.port = a.port;
   ho.io_threads = a.io_threads;
   ho.max_body_bytes = a.max_request_bytes;
-  server::HttpServer http(ho, [&api](const server::HttpRequest& r, std::shared_ptr<server::Responder> res) {
-    api.handle(r, std::move(res));
-  });
+  server::HttpServer http(
+      ho, [&api](const server::HttpRequest& r, std::shared_ptr<server::Responder> res) {
+        api.handle(r, std::move(res));
+      });
   g_server = &http;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   const EngineStats st = engine.stats();
-  std::fprintf(stderr,
-               "osprey serve: %s as '%s' on http://%s:%d (cpu, max_model_len %d, %lld KV blocks of %d "
-               "tokens, max_num_seqs %d, %s)\n",
-               dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(), engine.max_model_len(),
-               (long long)st.kv_blocks_total, kBlockSize, a.max_num_seqs,
-               bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data() : "no tokenizer");
+  std::fprintf(
+      stderr,
+      "osprey serve: %s as '%s' on http://%s:%d (cpu, max_model_len %d, %lld KV blocks of %d "
+      "tokens, max_num_seqs %d, %s)\n",
+      dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(),
+      engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize, a.max_num_seqs,
+      bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data()
+                       : "no tokenizer");
   std::fflush(stderr);
   http.run();
   g_server = nullptr;
@@ -106,22 +114,31 @@ void run(const Args& a, bool kv_given, bool util_given) {
 void register_cmd(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  sub->add_option("--model", a->model, "model folder (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--model", a->model,
+                  "model folder (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--host", a->host, "address to listen on (default 127.0.0.1)");
   sub->add_option("--port", a->port, "port (default 8000; 0 picks a free one)");
-  sub->add_option("--served-model-name", a->served_model_name, "the name clients use (default: the folder)");
-  sub->add_option("--max-model-len", a->max_model_len, "longest prompt + completion (default: the model's)");
+  sub->add_option("--served-model-name", a->served_model_name,
+                  "the name clients use (default: the folder)");
+  sub->add_option("--max-model-len", a->max_model_len,
+                  "longest prompt + completion (default: the model's)");
   sub->add_option("--max-num-seqs", a->max_num_seqs, "sequences per step (default 64)");
-  sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per step (default 2048)");
-  auto* kv = sub->add_option("--kv-cache-memory", a->kv_cache_memory_gb, "KV cache size in GiB (default 0.25)");
-  auto* util = sub->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                               "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
+  sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "tokens per step (default 2048)");
+  auto* kv = sub->add_option("--kv-cache-memory", a->kv_cache_memory_gb,
+                             "KV cache size in GiB (default 0.25)");
+  auto* util = sub->add_option(
+      "--gpu-memory-utilization", a->gpu_memory_utilization,
+      "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
-  sub->add_option("--load-format", a->load_format, "auto | safetensors | dummy (random weights, config.json only)");
+  sub->add_option("--load-format", a->load_format,
+                  "auto | safetensors | dummy (random weights, config.json only)");
   sub->add_option("--chat-format", a->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple");
-  sub->add_option("--max-request-bytes", a->max_request_bytes, "largest request body (default 16 MiB)");
-  sub->add_option("--max-queued-requests", a->max_queued, "requests waiting beyond the batch before 503");
+  sub->add_option("--max-request-bytes", a->max_request_bytes,
+                  "largest request body (default 16 MiB)");
+  sub->add_option("--max-queued-requests", a->max_queued,
+                  "requests waiting beyond the batch before 503");
   sub->add_option("--io-threads", a->io_threads, "HTTP I/O threads (default 2)");
   sub->add_flag("--no-enable-prefix-caching", a->no_prefix_caching, "turn prefix caching off");
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");

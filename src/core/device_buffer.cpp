@@ -67,7 +67,9 @@ void fill_bytes(Tensor t, int byte) {
   check_cuda(cudaMemset(t.data, byte, t.nbytes()), "cudaMemset");
 }
 
-void synchronize() { check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void synchronize() {
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
 
 DeviceBuffer to_device(Tensor host) {
   DeviceBuffer d(host.dtype, host.shape);

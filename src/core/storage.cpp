@@ -39,7 +39,9 @@ Storage to_device_storage(Tensor src, Device device) {
 
 namespace {
 constexpr size_t kAlign = 256;
-size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 }  // namespace
 
 Tensor Workspace::alloc(DType dtype, Shape shape) {

@@ -1,5 +1,5 @@
-// Storage: owning memory on either device (a host Buffer, or a DeviceBuffer when the CUDA backend is
-// built), for code written once for both backends (the model's caches, workspace and weights).
+// Storage: owning memory on either device (a host Buffer, or a DeviceBuffer when the CUDA backend
+// is built), for code written once for both backends (the model's caches, workspace and weights).
 // Workspace: a per-step bump allocator over one Storage. Tensors taken in a step are released in
 // stack order (Workspace::Scope); the arena is sized once and reused, so a steady-state step
 // allocates nothing. When a step needs more than the arena holds, the extra comes from separate
@@ -38,7 +38,8 @@ class Workspace {
   Tensor alloc(DType dtype, Shape shape);
   size_t mark() const { return top_; }
   void release(size_t mark) { top_ = mark; }
-  // Start of a step: nothing may be in use. Grows the arena to the high-water mark if it overflowed.
+  // Start of a step: nothing may be in use. Grows the arena to the high-water mark if it
+  // overflowed.
   void reset();
   size_t capacity() const { return capacity_; }
 
@@ -58,7 +59,7 @@ class Workspace {
   Device device_;
   Storage arena_;
   size_t capacity_ = 0;
-  size_t top_ = 0;         // bytes in use (arena and overflow counted alike)
+  size_t top_ = 0;  // bytes in use (arena and overflow counted alike)
   size_t high_water_ = 0;
   std::vector<Storage> overflow_;
 };

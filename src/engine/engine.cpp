@@ -26,13 +26,16 @@ SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg
 }
 
 int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
-  const int64_t n = cfg.num_blocks > 0
-                        ? cfg.num_blocks
-                        : cfg.kv_cache_bytes /
-                              PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device());
+  const int64_t n =
+      cfg.num_blocks > 0
+          ? cfg.num_blocks
+          : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device());
   if (n * kBlockSize < s.max_model_len)
-    fail("the KV cache (", n, " blocks of ", kBlockSize, " tokens) cannot hold one sequence of "
-         "max_model_len ", s.max_model_len, " tokens: give the cache more memory or lower "
+    fail("the KV cache (", n, " blocks of ", kBlockSize,
+         " tokens) cannot hold one sequence of "
+         "max_model_len ",
+         s.max_model_len,
+         " tokens: give the cache more memory or lower "
          "max_model_len");
   return n;
 }
@@ -119,7 +122,8 @@ bool Engine::check_stop_strings(Live& l) {
 void Engine::on_token(Live& l, const SampleResult* r, int32_t token) {
   Sequence& s = *l.seq;
   l.pending.new_tokens.push_back(token);
-  if (r && s.params.logprobs >= 0) l.pending.logprobs.push_back({token, r->logprob, r->top_logprobs});
+  if (r && s.params.logprobs >= 0)
+    l.pending.logprobs.push_back({token, r->logprob, r->top_logprobs});
   // The token that stopped the sequence (EOS, a stop id) is not part of the text.
   const bool stop_token = s.finished() && s.finish == FinishReason::Stop && s.stop_token == token;
   if (l.decoder && !stop_token) {
@@ -134,8 +138,7 @@ RequestOutput Engine::take_output(Live& l) {
   l.pending = RequestOutput{};
   l.pending.id = s.id;
   l.pending.prompt_tokens = int(s.prompt.size());
-  if (s.finished() && l.decoder && out.stop_string.empty())
-    l.text += l.decoder->finish();
+  if (s.finished() && l.decoder && out.stop_string.empty()) l.text += l.decoder->finish();
   // Hold back what could still become a stop string, and never split a character.
   size_t end = l.text.size();
   if (!s.finished() && l.max_stop > 0) end = end >= l.max_stop - 1 ? end - (l.max_stop - 1) : 0;

@@ -26,11 +26,11 @@ namespace osprey {
 struct EngineConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
-  int max_model_len = 0;           // 0: the model's max_position_embeddings
-  int64_t num_blocks = 0;          // 0: from kv_cache_bytes
+  int max_model_len = 0;   // 0: the model's max_position_embeddings
+  int64_t num_blocks = 0;  // 0: from kv_cache_bytes
   int64_t kv_cache_bytes = int64_t(256) << 20;
   bool enable_prefix_caching = true;
-  uint64_t seed = 0;               // seeds for requests that bring none (0: random)
+  uint64_t seed = 0;  // seeds for requests that bring none (0: random)
 };
 
 struct TokenLogprob {
@@ -60,7 +60,7 @@ struct EngineStats {
   int64_t kv_blocks_used = 0;
   int64_t prefix_query_tokens = 0;
   int64_t prefix_hit_tokens = 0;
-  int64_t prompt_tokens_total = 0;      // prompt tokens computed (not served from the cache)
+  int64_t prompt_tokens_total = 0;  // prompt tokens computed (not served from the cache)
   int64_t generation_tokens_total = 0;
   int64_t num_preemptions = 0;
   int64_t steps = 0;
@@ -100,9 +100,9 @@ class Engine {
   struct Live {
     std::unique_ptr<Sequence> seq;
     std::unique_ptr<TextDecoder> decoder;
-    std::string text;      // decoded output text so far (cut at a stop string)
-    size_t emitted = 0;    // bytes of text already returned
-    size_t max_stop = 0;   // longest stop string
+    std::string text;     // decoded output text so far (cut at a stop string)
+    size_t emitted = 0;   // bytes of text already returned
+    size_t max_stop = 0;  // longest stop string
     RequestOutput pending;
   };
   void on_token(Live& l, const SampleResult* r, int32_t token);

@@ -8,7 +8,9 @@ namespace {
 bool in_number_class(char c) {  // [$0-9.,]
   return c == '$' || c == '.' || c == ',' || (c >= '0' && c <= '9');
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 // Length of the match of  -?[$0-9.,]{2,}|-?[0-9]+  starting exactly at s[i] (0: none), trying
 // the alternatives in order with greedy quantifiers, as Python's re does.

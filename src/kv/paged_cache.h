@@ -2,8 +2,9 @@
 // blocks of block_size tokens. Slot = block · block_size + offset.
 //   latent(layer)     [n_blocks, block_size, kv_lora + rope]   normalised latent | rotated k_pe
 //   index_keys(layer) [n_blocks, block_size, index_head_dim]   indexer keys after LayerNorm + rope
-// The CPU backend stores F32 (the oracle); the CUDA backend BF16 (half the bytes a decode step reads;
-// the kernels compute in F32). Which blocks a sequence owns is the block allocator's business.
+// The CPU backend stores F32 (the oracle); the CUDA backend BF16 (half the bytes a decode step
+// reads; the kernels compute in F32). Which blocks a sequence owns is the block allocator's
+// business.
 #pragma once
 
 #include <vector>

@@ -61,8 +61,8 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   if (device_ == Device::CPU || b.token_ids.device == device_) return b;
   // Pack every metadata tensor into one host buffer (256-byte aligned pieces), copy it once.
   ForwardBatch d = b;
-  Tensor* parts[] = {&d.token_ids,        &d.attn.query_start_loc, &d.attn.seq_lens,
-                     &d.attn.positions,   &d.attn.block_table,     &d.attn.slot_mapping,
+  Tensor* parts[] = {&d.token_ids,      &d.attn.query_start_loc, &d.attn.seq_lens,
+                     &d.attn.positions, &d.attn.block_table,     &d.attn.slot_mapping,
                      &d.logits_indices};
   size_t offsets[std::size(parts)];
   size_t total = 0;
@@ -190,8 +190,8 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
 
   Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
-  const bool expanded = o.path == AttentionPath::Expanded ||
-                        (o.path == AttentionPath::Auto && b.max_query_len > 1);
+  const bool expanded =
+      o.path == AttentionPath::Expanded || (o.path == AttentionPath::Auto && b.max_query_len > 1);
   if (expanded) {
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;
@@ -201,9 +201,9 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
     ops::copy_columns(ctx_lat, 0, ctx, 0, kv_lora);
     Tensor kvb = alloc(f32, {L, H, nope + vd});  // [Σ seq_lens, H, nope + v]
     ops::linear(kvb.reshape({L, H * (nope + vd)}), ctx_lat, w.kv_b_proj);
-    Tensor k = alloc(f32, {L, H, qk});  // [Σ seq_lens, H, nope + rope]
-    Tensor v = alloc(f32, {L, H, vd});  // [Σ seq_lens, H, v]
-    ops::copy_columns(k, 0, kvb, 0, nope);          // per head: k_nope
+    Tensor k = alloc(f32, {L, H, qk});               // [Σ seq_lens, H, nope + rope]
+    Tensor v = alloc(f32, {L, H, vd});               // [Σ seq_lens, H, v]
+    ops::copy_columns(k, 0, kvb, 0, nope);           // per head: k_nope
     ops::copy_columns(k, nope, ctx, kv_lora, rope);  // the shared k_pe, broadcast over heads
     ops::copy_columns(v, 0, kvb, nope, vd);
     ops::mla_attention_expanded(attn, q, k, v, b.attn, topk, softmax_scale_);
@@ -228,12 +228,14 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const Fo
   const int rope = c.qk_rope_head_dim;
   Tensor iq = alloc(DType::F32, {T, IH, ID});  // [n_tokens, IH, ID]: rope dims first, then the rest
   ops::linear(iq.reshape({T, IH * ID}), q_lat, w.wq_b);
-  ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_, /*interleaved=*/false);
+  ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
+            /*interleaved=*/false);
   Tensor k_raw = alloc(DType::F32, {T, ID});
   Tensor ik = alloc(DType::F32, {T, 1, ID});  // [n_tokens, 1, ID]
   ops::linear(k_raw, x, w.wk);
   ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
-  ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_, /*interleaved=*/false);
+  ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
+            /*interleaved=*/false);
   ops::indexer_cache_write(cache.index_keys(l), ik.reshape({T, ID}), b.attn);
   Tensor weights = alloc(DType::F32, {T, IH});  // [n_tokens, IH] per-head weights × IH^-0.5
   ops::linear(weights, x, w.weights_proj);

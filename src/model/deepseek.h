@@ -11,10 +11,10 @@
 //   - the step's metadata (a host ForwardBatch) is packed into one staging buffer and copied to the
 //     device once per step; the cache must be on the device (PagedKVCache(..., Device::CUDA));
 //   - activations live in a per-model Workspace (one arena sized by the first steps, then reused):
-//     all F32, like the CPU's. The residual stream must be F32 (it accumulates 2 adds per layer); the
-//     others are small next to the weights a decode step reads, and each GEMM converts its input to
-//     its weight's dtype (BF16, or FP8 with 1×128 scales) itself. BF16 activations are the next
-//     step for prefill bandwidth.
+//     all F32, like the CPU's. The residual stream must be F32 (it accumulates 2 adds per layer);
+//     the others are small next to the weights a decode step reads, and each GEMM converts its
+//     input to its weight's dtype (BF16, or FP8 with 1×128 scales) itself. BF16 activations are the
+//     next step for prefill bandwidth.
 //   - logits may be a host tensor: they are computed on the device and copied back once.
 #pragma once
 
@@ -80,7 +80,7 @@ class DeepseekModel {
   // checkpoint's tensor, or a BF16 dequantized copy when it is FP8 (made once at load).
   std::vector<Tensor> kv_b_absorb_;
   std::vector<Storage> kv_b_owned_;
-  mutable Workspace ws_;              // activations of one step
+  mutable Workspace ws_;                    // activations of one step
   mutable Storage stage_host_, stage_dev_;  // U8: the packed step metadata, host and device
   float rope_attention_factor_;
   float softmax_scale_;

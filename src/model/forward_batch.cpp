@@ -37,14 +37,16 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
       token_ids_.ptr<int32_t>()[t] = q.tokens[i];
       req_ids_.ptr<int32_t>()[t] = int32_t(s);
       positions_.ptr<int32_t>()[t] = pos;
-      slots_.ptr<int64_t>()[t] = int64_t(q.blocks[size_t(pos / block_size)]) * block_size + pos % block_size;
-      if (q.all_logits || i + 1 == q.tokens.size()) logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
+      slots_.ptr<int64_t>()[t] =
+          int64_t(q.blocks[size_t(pos / block_size)]) * block_size + pos % block_size;
+      if (q.all_logits || i + 1 == q.tokens.size())
+        logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
     }
   }
   qsl_.ptr<int32_t>()[n_seqs] = int32_t(t);
   batch_.token_ids = token_ids_;
-  batch_.attn = AttentionMeta{int(n_seqs), int(n_tokens), block_size, qsl_, seq_lens_,
-                              positions_, block_table_, slots_, req_ids_};
+  batch_.attn = AttentionMeta{int(n_seqs), int(n_tokens), block_size, qsl_,    seq_lens_,
+                              positions_,  block_table_,  slots_,     req_ids_};
   batch_.logits_indices = logits_indices_;
   batch_.max_query_len = max_q;
 }

@@ -69,7 +69,9 @@ std::vector<int32_t> greedy_generate(const DeepseekModel& m, const std::vector<i
   for (size_t start = 0; start < prompt.size(); start += chunk) {
     const size_t end = std::min(prompt.size(), start + chunk);
     OwnedBatch b({SeqStep{{prompt.begin() + long(start), prompt.begin() + long(end)},
-                          int32_t(start), blocks, false}},
+                          int32_t(start),
+                          blocks,
+                          false}},
                  kBlockSize);
     m.forward(b.batch(), cache, logits, {o.prefill_path, nullptr, nullptr});
   }

@@ -97,7 +97,9 @@ ModelConfig tiny_base(ModelType type, const char* name) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"v2-tiny", "v3-tiny", "v32-tiny", "dsv32"}; }
+std::vector<std::string> preset_names() {
+  return {"v2-tiny", "v3-tiny", "v32-tiny", "dsv32"};
+}
 
 ModelConfig preset_config(const std::string& name) {
   if (name == "v2-tiny") {
@@ -250,7 +252,8 @@ void make_model(const ModelConfig& config, const std::string& dir, const MakeMod
       const Item& it = items[i];
       if (it.quantize) {
         decls.push_back({it.spec.name, DType::F8_E4M3, it.spec.shape});
-        decls.push_back({it.spec.name + "_scale_inv", DType::F32,
+        decls.push_back({it.spec.name + "_scale_inv",
+                         DType::F32,
                          {(it.spec.shape[0] + 127) / 128, (it.spec.shape[1] + 127) / 128}});
       } else {
         decls.push_back({it.spec.name, opts.dtype, it.spec.shape});
@@ -297,7 +300,8 @@ void make_model(const ModelConfig& config, const std::string& dir, const MakeMod
         std::vector<uint8_t> q(static_cast<size_t>(n));
         for (int64_t r = 0; r < r1 - r0; ++r)
           for (int64_t cc = 0; cc < cols; ++cc)
-            q[size_t(r * cols + cc)] = f32_to_e4m3(panel[size_t(r * cols + cc)] / s[size_t(cc / 128)]);
+            q[size_t(r * cols + cc)] =
+                f32_to_e4m3(panel[size_t(r * cols + cc)] / s[size_t(cc / 128)]);
         w.write(it.spec.name, q.data(), q.size());
         scales.insert(scales.end(), s.begin(), s.end());
       }

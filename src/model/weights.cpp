@@ -17,7 +17,9 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
   auto lin = [&](const std::string& n, int64_t out, int64_t in, bool fp8 = true) {
     w.push_back({n, {out, in}, WeightKind::Linear, fp8});
   };
-  auto norm = [&](const std::string& n, int64_t d) { w.push_back({n, {d}, WeightKind::Norm, false}); };
+  auto norm = [&](const std::string& n, int64_t d) {
+    w.push_back({n, {d}, WeightKind::Norm, false});
+  };
   auto mlp = [&](const std::string& p, int64_t inter) {
     lin(p + "gate_proj.weight", inter, D);
     lin(p + "up_proj.weight", inter, D);
@@ -51,8 +53,10 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
     if (c.is_moe_layer(i)) {
       w.push_back({L + "mlp.gate.weight", {c.n_routed_experts, D}, WeightKind::Router, false});
       if (c.topk_method == TopkMethod::NoauxTc)
-        w.push_back({L + "mlp.gate.e_score_correction_bias", {c.n_routed_experts},
-                     WeightKind::CorrectionBias, false});
+        w.push_back({L + "mlp.gate.e_score_correction_bias",
+                     {c.n_routed_experts},
+                     WeightKind::CorrectionBias,
+                     false});
       for (int e = 0; e < c.n_routed_experts; ++e)
         mlp(L + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
       if (c.n_shared_experts > 0)
@@ -91,8 +95,7 @@ class Loader {
         if (!spec.fp8)
           fail(file, ": tensor '", spec.name, "' is F8_E4M3, but osprey expects it unquantized");
         const std::string sname = spec.name + "_scale_inv";
-        if (!ck_.contains(sname))
-          fail(file, ": FP8 tensor '", spec.name, "' has no '", sname, "'");
+        if (!ck_.contains(sname)) fail(file, ": FP8 tensor '", spec.name, "' has no '", sname, "'");
         const Shape sshape = {(spec.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
                               (spec.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
         Tensor s = ck_.get(sname, sshape);
@@ -100,7 +103,8 @@ class Loader {
           fail(ck_.file_of(sname), ": tensor '", sname, "' must be F32, got ", dtype_name(s.dtype));
         for (int64_t i = 0; i < s.numel(); ++i)
           if (!(std::isfinite(s.f32()[i]) && s.f32()[i] > 0))
-            fail(ck_.file_of(sname), ": tensor '", sname, "' holds a non-positive or non-finite scale");
+            fail(ck_.file_of(sname), ": tensor '", sname,
+                 "' holds a non-positive or non-finite scale");
         used_.insert(sname);
         ops::cpu::dequantize(out, LinearWeight{t, s});
         break;
@@ -174,15 +178,16 @@ void assemble_weights(const ModelConfig& c, const std::map<std::string, LinearWe
   }
 }
 
-static void report_unused(const Checkpoint& ckpt, const ModelConfig& c, const std::set<std::string>& used,
-                   ModelWeights& mw) {
+static void report_unused(const Checkpoint& ckpt, const ModelConfig& c,
+                          const std::set<std::string>& used, ModelWeights& mw) {
   // Tensors nobody asked for: the MTP layers are expected (skipped); anything else is reported.
   int unknown = 0;
   std::string first_unknown;
   for (const std::string& name : ckpt.names()) {
     if (used.count(name)) continue;
     int layer = -1;
-    if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= c.num_hidden_layers) {
+    if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 &&
+        layer >= c.num_hidden_layers) {
       ++mw.skipped_mtp_tensors;
       continue;
     }

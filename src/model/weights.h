@@ -31,15 +31,15 @@ struct IndexerWeights {
 };
 
 struct AttentionWeights {
-  LinearWeight q_proj;    // [H·(nope+rope), D]   (no q LoRA)
-  LinearWeight q_a_proj;  // [q_lora, D]
-  Tensor q_a_norm;        // [q_lora]
-  LinearWeight q_b_proj;  // [H·(nope+rope), q_lora]
-  LinearWeight kv_a_proj; // [kv_lora + rope, D]
-  Tensor kv_a_norm;       // [kv_lora]
-  LinearWeight kv_b_proj; // [H·(nope+v), kv_lora]: per head nope rows then v rows
-  LinearWeight o_proj;    // [D, H·v]
-  IndexerWeights indexer; // V3.2 only
+  LinearWeight q_proj;     // [H·(nope+rope), D]   (no q LoRA)
+  LinearWeight q_a_proj;   // [q_lora, D]
+  Tensor q_a_norm;         // [q_lora]
+  LinearWeight q_b_proj;   // [H·(nope+rope), q_lora]
+  LinearWeight kv_a_proj;  // [kv_lora + rope, D]
+  Tensor kv_a_norm;        // [kv_lora]
+  LinearWeight kv_b_proj;  // [H·(nope+v), kv_lora]: per head nope rows then v rows
+  LinearWeight o_proj;     // [D, H·v]
+  IndexerWeights indexer;  // V3.2 only
 };
 
 struct LayerWeights {
@@ -47,20 +47,20 @@ struct LayerWeights {
   Tensor post_attn_norm;  // [D]
   AttentionWeights attn;
   bool moe = false;
-  MlpWeights mlp;              // dense layers
-  Tensor router;               // [E, D]
-  Tensor correction_bias;      // [E] (noaux_tc only)
+  MlpWeights mlp;          // dense layers
+  Tensor router;           // [E, D]
+  Tensor correction_bias;  // [E] (noaux_tc only)
   std::vector<MlpWeights> experts;
   bool has_shared = false;
-  MlpWeights shared;           // [n_shared·moe_I, D] ...
+  MlpWeights shared;  // [n_shared·moe_I, D] ...
 };
 
 struct ModelWeights {
-  Tensor embed;        // [V, D]
-  Tensor final_norm;   // [D]
+  Tensor embed;          // [V, D]
+  Tensor final_norm;     // [D]
   LinearWeight lm_head;  // [V, D]
   std::vector<LayerWeights> layers;
-  std::vector<Buffer> owned;  // storage behind the views above (CPU loader)
+  std::vector<Buffer> owned;          // storage behind the views above (CPU loader)
   std::vector<Storage> device_owned;  // storage behind the views above (device loaders)
   int skipped_mtp_tensors = 0;
 };

@@ -1,4 +1,5 @@
-// The GPU weight loaders (contracts in weights.h). Without the CUDA backend they fail with a message.
+// The GPU weight loaders (contracts in weights.h). Without the CUDA backend they fail with a
+// message.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -36,22 +37,26 @@ ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
     Tensor src = ckpt.get(spec.name, spec.shape);
     if (src.dtype == DType::F8_E4M3) {
       if (!spec.fp8)
-        fail(ckpt.file_of(spec.name), ": tensor '", spec.name, "' is F8_E4M3, but osprey expects it unquantized");
+        fail(ckpt.file_of(spec.name), ": tensor '", spec.name,
+             "' is F8_E4M3, but osprey expects it unquantized");
       const std::string sname = spec.name + "_scale_inv";
-      if (!ckpt.contains(sname)) fail(ckpt.file_of(spec.name), ": FP8 tensor '", spec.name, "' has no '", sname, "'");
+      if (!ckpt.contains(sname))
+        fail(ckpt.file_of(spec.name), ": FP8 tensor '", spec.name, "' has no '", sname, "'");
       Tensor s = ckpt.get(sname, scale_shape(spec.shape));
       if (s.dtype != DType::F32) fail(ckpt.file_of(sname), ": tensor '", sname, "' must be F32");
       t[spec.name] = LinearWeight{keep(to_device_storage(src, Device::CUDA)),
                                   keep(to_device_storage(s, Device::CUDA))};
       continue;
     }
-    // Everything else through its F32 value (the CPU loader's conversion), then to the device dtype.
+    // Everything else through its F32 value (the CPU loader's conversion), then to the device
+    // dtype.
     Buffer f(DType::F32, spec.shape);
     if (src.dtype == DType::F32) {
       std::copy_n(src.f32(), src.numel(), f.f32());
     } else if (src.dtype == DType::BF16 || src.dtype == DType::F16) {
-      ops::cpu::dequantize(f.view().reshape({src.numel() / src.shape.back(), src.shape.back()}),
-                           LinearWeight{src.reshape({src.numel() / src.shape.back(), src.shape.back()}), {}});
+      ops::cpu::dequantize(
+          f.view().reshape({src.numel() / src.shape.back(), src.shape.back()}),
+          LinearWeight{src.reshape({src.numel() / src.shape.back(), src.shape.back()}), {}});
     } else {
       fail(ckpt.file_of(spec.name), ": tensor '", spec.name, "' has dtype ", dtype_name(src.dtype),
            "; expected F32, BF16, F16 or F8_E4M3");

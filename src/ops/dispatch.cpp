@@ -29,23 +29,25 @@ namespace {
 #endif
 
 #ifdef OSPREY_WITH_CUDA
-#define OSPREY_DISPATCH(op, dev, ...)  \
-  do {                                 \
-    if ((dev) == Device::CPU)          \
-      return cpu::op(__VA_ARGS__);     \
-    return cuda::op(__VA_ARGS__);      \
+#define OSPREY_DISPATCH(op, dev, ...)                      \
+  do {                                                     \
+    if ((dev) == Device::CPU) return cpu::op(__VA_ARGS__); \
+    return cuda::op(__VA_ARGS__);                          \
   } while (0)
 #else
-#define OSPREY_DISPATCH(op, dev, ...)  \
-  do {                                 \
-    if ((dev) == Device::CPU)          \
-      return cpu::op(__VA_ARGS__);     \
-    no_cuda(#op);                      \
+#define OSPREY_DISPATCH(op, dev, ...)                      \
+  do {                                                     \
+    if ((dev) == Device::CPU) return cpu::op(__VA_ARGS__); \
+    no_cuda(#op);                                          \
   } while (0)
 #endif
 
-void linear(Tensor y, Tensor x, const LinearWeight& w) { OSPREY_DISPATCH(linear, y.device, y, x, w); }
-void dequantize(Tensor out, const LinearWeight& w) { OSPREY_DISPATCH(dequantize, out.device, out, w); }
+void linear(Tensor y, Tensor x, const LinearWeight& w) {
+  OSPREY_DISPATCH(linear, y.device, y, x, w);
+}
+void dequantize(Tensor out, const LinearWeight& w) {
+  OSPREY_DISPATCH(dequantize, out.device, out, w);
+}
 void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
   OSPREY_DISPATCH(rms_norm, out.device, out, x, w, eps);
 }
@@ -85,7 +87,8 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
 }
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale) {
-  OSPREY_DISPATCH(indexer_topk, topk_indices.device, topk_indices, q, weights, index_cache, m, scale);
+  OSPREY_DISPATCH(indexer_topk, topk_indices.device, topk_indices, q, weights, index_cache, m,
+                  scale);
 }
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p) {
@@ -96,7 +99,9 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                  const std::vector<MlpWeights>& experts) {
   OSPREY_DISPATCH(moe_experts, out.device, out, x, topk_ids, topk_weights, experts);
 }
-void silu_mul(Tensor out, Tensor gate, Tensor up) { OSPREY_DISPATCH(silu_mul, out.device, out, gate, up); }
+void silu_mul(Tensor out, Tensor gate, Tensor up) {
+  OSPREY_DISPATCH(silu_mul, out.device, out, gate, up);
+}
 void embedding(Tensor out, Tensor ids, Tensor table) {
   OSPREY_DISPATCH(embedding, out.device, out, ids, table);
 }
@@ -105,9 +110,15 @@ void copy_columns(Tensor dst, int64_t dst_col, Tensor src, int64_t src_col, int6
   OSPREY_DISPATCH(copy_columns, dst.device, dst, dst_col, src, src_col, width);
 }
 // A row gather is the embedding lookup with `src` as the table.
-void gather_rows(Tensor out, Tensor src, Tensor indices) { embedding(out, indices, src); }
-void add(Tensor out, Tensor a, Tensor b) { OSPREY_DISPATCH(add, out.device, out, a, b); }
-void scale(Tensor x, float s) { OSPREY_DISPATCH(scale, x.device, x, s); }
+void gather_rows(Tensor out, Tensor src, Tensor indices) {
+  embedding(out, indices, src);
+}
+void add(Tensor out, Tensor a, Tensor b) {
+  OSPREY_DISPATCH(add, out.device, out, a, b);
+}
+void scale(Tensor x, float s) {
+  OSPREY_DISPATCH(scale, x.device, x, s);
+}
 void copy(Tensor dst, Tensor src) {
   OSPREY_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy of ",
                shape_str(src.shape), " into ", shape_str(dst.shape));

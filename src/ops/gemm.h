@@ -1,6 +1,6 @@
 // Linear layers: y = x · Wᵀ, W stored [out, in] row-major as in the checkpoint.
-// W is F32 or BF16, or F8_E4M3 with block scales: W[r, c] = e4m3(W8[r, c]) · scale_inv[r/128, c/128]
-// (scale_inv: F32 [ceil(out/128), ceil(in/128)], DeepSeek's `weight_scale_inv`).
+// W is F32 or BF16, or F8_E4M3 with block scales: W[r, c] = e4m3(W8[r, c]) · scale_inv[r/128,
+// c/128] (scale_inv: F32 [ceil(out/128), ceil(in/128)], DeepSeek's `weight_scale_inv`).
 #pragma once
 
 #include "core/tensor.h"

@@ -8,8 +8,8 @@
 //   q [n_tokens, H, kv_lora + rope] = [q_nope·W_UK | q_pe];  for token t at position p in seq s:
 //   score_j = scale · q·cache_j, j ≤ p (and j ∈ topk_indices[t] when given);
 //   out [n_tokens, H, kv_lora] = Σ_j softmax(score)_j · cache_j[:kv_lora]
-// Expanded (prefill, non-absorbed): per sequence, K [L, H, nope + rope] and V [L, H, v] decompressed
-// from the latent by kv_b_proj, rows kv_start_loc[s] .. + seq_lens[s]:
+// Expanded (prefill, non-absorbed): per sequence, K [L, H, nope + rope] and V [L, H, v]
+// decompressed from the latent by kv_b_proj, rows kv_start_loc[s] .. + seq_lens[s]:
 //   out [n_tokens, H, v] = softmax(scale · q·K_j, j ≤ p, j ∈ topk) · V_j
 // topk_indices [n_tokens, topk] I32: context positions to attend, −1 for unused entries; an empty
 // tensor means dense (all causal positions).
@@ -25,7 +25,8 @@ namespace osprey::ops {
 //   out   [n, H, v]              = o_lat·W_UV_hᵀ                 from o_lat [n, H, kv_lora]
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
-// cache[slot_mapping[t]] = [latent[t] | k_pe[t]].  latent [n_tokens, kv_lora], k_pe [n_tokens, rope].
+// cache[slot_mapping[t]] = [latent[t] | k_pe[t]].  latent [n_tokens, kv_lora], k_pe [n_tokens,
+// rope].
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 // out [Σ seq_lens, C] = the cached rows of every sequence, in order (kv_start_loc = cumsum).
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);

@@ -5,7 +5,8 @@
 //   greedy:               chosen = top-k of s
 //   group_limited_greedy: group score = max of s in the group; keep the topk_group best groups;
 //                         chosen = top-k of s within them
-//   noaux_tc:             c = s + e_score_correction_bias; group score = sum of the group's top-2 of
+//   noaux_tc:             c = s + e_score_correction_bias; group score = sum of the group's top-2
+//   of
 //                         c; keep the topk_group best groups; chosen = top-k of c within them
 //   weight_i = s[chosen_i]; if norm_topk_prob: weight /= Σ weight (+1e-20 for sigmoid, as
 //   transformers); weight ×= routed_scaling_factor.

@@ -10,7 +10,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const int dim = c.qk_rope_head_dim;
   const float base = float(c.rope.theta);
   std::vector<float> inv(size_t(dim / 2));
-  for (int i = 0; i < dim / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(dim));
+  for (int i = 0; i < dim / 2; ++i)
+    inv[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(dim));
   if (!c.rope.yarn) return inv;
   // YaRN: blend interpolated (÷factor) and original frequencies over a linear ramp between the
   // dims whose wavelengths complete beta_fast and beta_slow rotations in the original context.

@@ -1,6 +1,7 @@
 // Data-movement and elementwise ops the forward pass needs between the model's kernels, so that
 // one code path serves both devices (no host loops over activations in the model).
-//   copy_columns: dst[r, dst_col + i] = src[r / repeat, src_col + i], i < width, every row r of dst,
+//   copy_columns: dst[r, dst_col + i] = src[r / repeat, src_col + i], i < width, every row r of
+//   dst,
 //                 where dst is viewed as [R, dst.size(-1)] and src as [R / repeat, src.size(-1)]
 //                 (repeat = R / src rows ≥ 1: a source row broadcast to `repeat` consecutive rows).
 //                 Splits a packed row ([latent | k_pe]) and assembles per-head K from a shared rope

@@ -32,7 +32,8 @@ TEST(StepCost, Dsv32DecodeBytes) {
   EXPECT_DOUBLE_EQ(b1.cache_bytes, 5.0 * (2048.0 * 576 * 2 + 5000.0 * 128 * 2));
   EXPECT_DOUBLE_EQ(b64.cache_bytes, 64 * b1.cache_bytes);
   // Context 1000 < 2048: every row attended.
-  EXPECT_DOUBLE_EQ(decode_cost(c, true, 1, 1000).cache_bytes, 5.0 * (1000.0 * 576 * 2 + 1000.0 * 128 * 2));
+  EXPECT_DOUBLE_EQ(decode_cost(c, true, 1, 1000).cache_bytes,
+                   5.0 * (1000.0 * 576 * 2 + 1000.0 * 128 * 2));
 }
 
 TEST(StepCost, PrefillFlopsAreDominatedByTwiceTheActiveParameters) {

@@ -123,8 +123,9 @@ TEST(EvalCommand, EndToEndOnTheBundledModel) {
   const std::string failures = tmp_path("e2e_failures.jsonl"), report = tmp_path("e2e.json");
   fs::remove(failures);
   fs::remove(report);
-  const std::string cmd = std::string(OSPREY_BINARY) + " eval --task arith --limit 20 --max-tokens 24 --failures " +
-                          failures + " --report " + report + " > " + tmp_path("e2e.out") + " 2>&1";
+  const std::string cmd = std::string(OSPREY_BINARY) +
+                          " eval --task arith --limit 20 --max-tokens 24 --failures " + failures +
+                          " --report " + report + " > " + tmp_path("e2e.out") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto r = nlohmann::json::parse(std::ifstream(report));
   EXPECT_EQ(r["n"], 20);
@@ -141,20 +142,25 @@ TEST(EvalCommand, EndToEndOnTheBundledModel) {
   EXPECT_GE(hi, r["accuracy"].get<double>());
   // The same run is deterministic (greedy): the failures file is identical.
   const std::string again = tmp_path("e2e_failures2.jsonl");
-  const std::string cmd2 = std::string(OSPREY_BINARY) + " eval --task arith --limit 20 --max-tokens 24 --failures " +
-                           again + " > /dev/null 2>&1";
+  const std::string cmd2 = std::string(OSPREY_BINARY) +
+                           " eval --task arith --limit 20 --max-tokens 24 --failures " + again +
+                           " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd2.c_str()), 0);
   EXPECT_EQ(lines_of(again), lines_of(failures));
   // A negative control runs through the same pipeline and changes the outputs.
   const std::string zeroed = tmp_path("e2e_failures3.jsonl");
-  const std::string cmd3 = std::string(OSPREY_BINARY) +
-                           " eval --task arith --limit 20 --max-tokens 24 --zero-attention-layer 1 --failures " +
-                           zeroed + " > /dev/null 2>&1";
+  const std::string cmd3 =
+      std::string(OSPREY_BINARY) +
+      " eval --task arith --limit 20 --max-tokens 24 --zero-attention-layer 1 --failures " +
+      zeroed + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd3.c_str()), 0);
   EXPECT_NE(lines_of(zeroed), lines_of(failures));
   // User errors fail with a message, not a crash.
-  EXPECT_NE(std::system((std::string(OSPREY_BINARY) + " eval --task nope > /dev/null 2>&1").c_str()), 0);
+  EXPECT_NE(
+      std::system((std::string(OSPREY_BINARY) + " eval --task nope > /dev/null 2>&1").c_str()), 0);
   EXPECT_NE(std::system((std::string(OSPREY_BINARY) +
-                         " eval --task arith --zero-attention-layer 99 > /dev/null 2>&1").c_str()), 0);
+                         " eval --task arith --zero-attention-layer 99 > /dev/null 2>&1")
+                            .c_str()),
+            0);
   for (const auto& p : {failures, report, again, zeroed}) fs::remove(p);
 }

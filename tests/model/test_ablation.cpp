@@ -24,7 +24,8 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
-Buffer logits_of(const DeepseekModel& m, const std::vector<int32_t>& tokens, const ForwardOptions& o = {}) {
+Buffer logits_of(const DeepseekModel& m, const std::vector<int32_t>& tokens,
+                 const ForwardOptions& o = {}) {
   return prefill_logits(m, tokens, o);
 }
 

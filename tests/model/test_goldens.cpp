@@ -33,7 +33,8 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
 // Index scores I[t, j] recomputed from the dumped indexer inputs (to tell ties apart).
 std::vector<std::vector<float>> index_scores(const TensorDump& d, int layer, const ModelConfig& c) {
   const std::string p = "layers." + std::to_string(layer) + ".";
-  const Tensor q = *d.find(p + "index_q"), k = *d.find(p + "index_k"), w = *d.find(p + "index_weights");
+  const Tensor q = *d.find(p + "index_q"), k = *d.find(p + "index_k"),
+               w = *d.find(p + "index_weights");
   const int64_t T = q.size(0), IH = c.index_n_heads, ID = c.index_head_dim;
   std::vector<std::vector<float>> s(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
@@ -41,7 +42,8 @@ std::vector<std::vector<float>> index_scores(const TensorDump& d, int layer, con
       float acc = 0.0f;
       for (int64_t h = 0; h < IH; ++h) {
         float dot = 0.0f;
-        for (int64_t e = 0; e < ID; ++e) dot += q.f32()[(t * IH + h) * ID + e] * k.f32()[j * ID + e];
+        for (int64_t e = 0; e < ID; ++e)
+          dot += q.f32()[(t * IH + h) * ID + e] * k.f32()[j * ID + e];
         acc += w.f32()[t * IH + h] * std::max(dot / std::sqrt(float(ID)), 0.0f);
       }
       s[size_t(t)].push_back(acc);
@@ -51,8 +53,8 @@ std::vector<std::vector<float>> index_scores(const TensorDump& d, int layer, con
 
 // Our selection equals the reference's, except that where several positions tie exactly at the
 // boundary score either may be chosen. Returns the number of rows that differed only by ties.
-int compare_selection(const Tensor& ours, const Tensor& ref, const std::vector<std::vector<float>>& s,
-                      const std::string& what) {
+int compare_selection(const Tensor& ours, const Tensor& ref,
+                      const std::vector<std::vector<float>>& s, const std::string& what) {
   const int64_t T = ours.size(0), K = ours.size(1);
   int tie_rows = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -90,7 +92,8 @@ TEST_P(GoldenTest, LogitsOfEveryPositionMatchTransformers) {
     const Tensor ref = golden_->get(std::string("logits.") + s);
     TensorDump dump;
     Buffer logits = prefill_logits(*model_, tokens, {AttentionPath::Auto, &dump, nullptr});
-    std::printf("%s seq %s: logits rel error %.3g\n", GetParam().c_str(), s, rel_error(logits, ref));
+    std::printf("%s seq %s: logits rel error %.3g\n", GetParam().c_str(), s,
+                rel_error(logits, ref));
     if (!c.has_indexer) {
       EXPECT_LT(rel_error(logits, ref), kLogitTol) << "sequence " << s;
       for (int l = 0; l < c.num_hidden_layers; ++l)
@@ -119,8 +122,9 @@ TEST_P(GoldenTest, LogitsOfEveryPositionMatchTransformers) {
     if (tie_rows == 0) {
       EXPECT_LT(rel_error(logits, ref), kLogitTol) << "sequence " << s;
     }
-    std::printf("%s seq %s: with the reference selection %.3g; rows chosen differently at exact ties: %d\n",
-                GetParam().c_str(), s, rel_error(flogits, ref), tie_rows);
+    std::printf(
+        "%s seq %s: with the reference selection %.3g; rows chosen differently at exact ties: %d\n",
+        GetParam().c_str(), s, rel_error(flogits, ref), tie_rows);
   }
 }
 

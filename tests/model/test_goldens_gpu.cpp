@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -39,7 +39,9 @@ bool have_gpu() {
 
 // Logit tolerance (per position: max |ours − ref| over the row / max |ref| over all rows) for each
 // model on the GPU.
-double logit_tol(const std::string& model) { return model == "v32-tiny-fp8" ? 8e-2 : 3e-2; }
+double logit_tol(const std::string& model) {
+  return model == "v32-tiny-fp8" ? 8e-2 : 3e-2;
+}
 constexpr int kGreedyTokens = 16;  // bf16 models: the continuation must match this many at least
 
 // The first position whose discrete choices differ between two runs' dumps: the routed experts of
@@ -68,11 +70,11 @@ int64_t first_flip(const TensorDump& a, const TensorDump& b, const ModelConfig& 
   return first;
 }
 
-// Per-position errors of `out` against `ref`. A position beyond `tol` must be explained by a flipped
-// discrete choice (an expert, or an indexer selection) at it or an earlier position: rounding may
-// decide a near-tie either way (the goldens' routers have relative gaps down to 2e-6), and the new
-// choice legitimately moves that token's logits (and, through attention, later ones). Anything else
-// beyond tol is a failure; so is a median position error beyond tol.
+// Per-position errors of `out` against `ref`. A position beyond `tol` must be explained by a
+// flipped discrete choice (an expert, or an indexer selection) at it or an earlier position:
+// rounding may decide a near-tie either way (the goldens' routers have relative gaps down to 2e-6),
+// and the new choice legitimately moves that token's logits (and, through attention, later ones).
+// Anything else beyond tol is a failure; so is a median position error beyond tol.
 void expect_rows_close(const std::string& what, const Tensor& out, const Tensor& ref,
                        const TensorDump& ours, const TensorDump& base, const ModelConfig& c,
                        double tol, bool selection) {
@@ -96,11 +98,13 @@ void expect_rows_close(const std::string& what, const Tensor& out, const Tensor&
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2], worst = sorted.back();
   double worst_before_flip = 0;
-  for (int64_t t = 0; t < std::min(flip, T); ++t) worst_before_flip = std::max(worst_before_flip, err[size_t(t)]);
-  std::printf("GPUGOLDEN %s: rows %lld, median %.2e, max %.2e, max before the first flip %.2e, "
-              "first flipped choice at %lld, rows > tol %d (unexplained %d), tol %.0e\n",
-              what.c_str(), (long long)T, median, worst, worst_before_flip,
-              (long long)(flip == T ? -1 : flip), bad, unexplained, tol);
+  for (int64_t t = 0; t < std::min(flip, T); ++t)
+    worst_before_flip = std::max(worst_before_flip, err[size_t(t)]);
+  std::printf(
+      "GPUGOLDEN %s: rows %lld, median %.2e, max %.2e, max before the first flip %.2e, "
+      "first flipped choice at %lld, rows > tol %d (unexplained %d), tol %.0e\n",
+      what.c_str(), (long long)T, median, worst, worst_before_flip,
+      (long long)(flip == T ? -1 : flip), bad, unexplained, tol);
   EXPECT_EQ(unexplained, 0) << what;
   EXPECT_LT(median, tol) << what;
 }
@@ -141,9 +145,9 @@ TEST_P(GpuGoldenTest, LogitsMatchTransformers) {
     TensorDump gd, cd;  // GPU and CPU choices (the CPU's equal transformers' within 1e-4)
     Buffer logits = prefill_logits(*model_, tokens, {AttentionPath::Auto, &gd, fp});
     prefill_logits(*cpu_, tokens, {AttentionPath::Auto, &cd, fp});
-    expect_rows_close(GetParam() + " seq " + s + " vs transformers" +
-                          (fp ? " (reference selection)" : ""),
-                      logits, ref, gd, cd, c, logit_tol(GetParam()), /*selection=*/fp == nullptr);
+    expect_rows_close(
+        GetParam() + " seq " + s + " vs transformers" + (fp ? " (reference selection)" : ""),
+        logits, ref, gd, cd, c, logit_tol(GetParam()), /*selection=*/fp == nullptr);
   }
 }
 
@@ -159,7 +163,8 @@ TEST_P(GpuGoldenTest, GreedyContinuationMatchesTransformers) {
   while (same < ours.size() && same < ref.size() && ours[same] == ref[same]) ++same;
   const bool fp8 = GetParam() == "v32-tiny-fp8";
   std::printf("GPUGOLDEN %s greedy: first %zu of %zu tokens identical (required %s)\n",
-              GetParam().c_str(), same, ref.size(), fp8 ? "none: FP8 is held to its logit tolerance" : "16");
+              GetParam().c_str(), same, ref.size(),
+              fp8 ? "none: FP8 is held to its logit tolerance" : "16");
   if (!fp8) {
     EXPECT_GE(same, size_t(kGreedyTokens));
   }

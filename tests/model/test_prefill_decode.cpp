@@ -47,11 +47,14 @@ TEST_P(PathsTest, PrefillLogitsEqualDecodeLogits) {
   for (int t = 0; t < n; ++t) {
     OwnedBatch b({SeqStep{{tokens[size_t(t)]}, t, blocks, false}}, kBlockSize);
     model_->forward(b.batch(), cache, row, {AttentionPath::Absorbed, nullptr, nullptr});
-    worst = std::max(worst, rel_error(row.f32(), prefill.f32() + int64_t(t) * c.vocab_size, c.vocab_size));
+    worst = std::max(worst,
+                     rel_error(row.f32(), prefill.f32() + int64_t(t) * c.vocab_size, c.vocab_size));
   }
   EXPECT_LT(worst, kTol);
-  // And the two paths are not trivially equal because nothing was attended: logits vary by position.
-  EXPECT_GT(rel_error(prefill.f32(), prefill.f32() + int64_t(n - 1) * c.vocab_size, c.vocab_size), 0.01);
+  // And the two paths are not trivially equal because nothing was attended: logits vary by
+  // position.
+  EXPECT_GT(rel_error(prefill.f32(), prefill.f32() + int64_t(n - 1) * c.vocab_size, c.vocab_size),
+            0.01);
 }
 
 TEST_P(PathsTest, ChunkedPrefillAndMixedBatchesMatchOneShotPrefill) {

@@ -11,12 +11,15 @@
 
 namespace osprey::testing {
 
-// OSPREY_TEST_DATA in the environment overrides the build's path (binaries carried to the GPU machine).
+// OSPREY_TEST_DATA in the environment overrides the build's path (binaries carried to the GPU
+// machine).
 inline std::string data_dir() {
   const char* e = std::getenv("OSPREY_TEST_DATA");
   return e && *e ? e : OSPREY_TEST_DATA;
 }
-inline std::string model_dir(const std::string& name) { return data_dir() + "/models/" + name; }
+inline std::string model_dir(const std::string& name) {
+  return data_dir() + "/models/" + name;
+}
 
 // max |a − b| / max |b|: the relative error of a against the reference b.
 inline double rel_error(const float* a, const float* b, int64_t n) {
@@ -28,7 +31,8 @@ inline double rel_error(const float* a, const float* b, int64_t n) {
   return den > 0 ? num / den : num;
 }
 inline double rel_error(const Tensor& a, const Tensor& b) {
-  OSPREY_CHECK(a.numel() == b.numel(), "rel_error sizes ", shape_str(a.shape), " ", shape_str(b.shape));
+  OSPREY_CHECK(a.numel() == b.numel(), "rel_error sizes ", shape_str(a.shape), " ",
+               shape_str(b.shape));
   return rel_error(a.f32(), b.f32(), a.numel());
 }
 

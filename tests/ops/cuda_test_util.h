@@ -1,5 +1,5 @@
-// Helpers for the CUDA twin tests: fresh random inputs, uploads in a chosen dtype, poisoned outputs,
-// relative L2 error, and the paged-attention metadata of a batch.
+// Helpers for the CUDA twin tests: fresh random inputs, uploads in a chosen dtype, poisoned
+// outputs, relative L2 error, and the paged-attention metadata of a batch.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 
 namespace osprey::testing {
 
-#define OSPREY_REQUIRE_GPU()                                            \
-  do {                                                                  \
+#define OSPREY_REQUIRE_GPU()                                                   \
+  do {                                                                         \
     if (::osprey::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
@@ -84,7 +84,8 @@ inline double rel_l2(const Tensor& out, const Tensor& ref) {
 }
 
 // Checks the error against the tolerance and prints one summary line (gpu_tests.sh collects them).
-inline void expect_close(const std::string& name, const Tensor& out, const Tensor& ref, double tol) {
+inline void expect_close(const std::string& name, const Tensor& out, const Tensor& ref,
+                         double tol) {
   const double err = rel_l2(out, ref);
   std::printf("TWIN %-44s rel_err %.3e  tol %.1e  %s\n", name.c_str(), err, tol,
               err <= tol ? "ok" : "FAIL");
@@ -102,7 +103,8 @@ struct Batch {
   int64_t total_ctx = 0;
 };
 
-inline Batch make_batch(const std::vector<int>& ctx, const std::vector<int>& n_new, int block_size = 64) {
+inline Batch make_batch(const std::vector<int>& ctx, const std::vector<int>& n_new,
+                        int block_size = 64) {
   Batch b;
   const int n_seqs = int(ctx.size());
   int max_blocks = 0, n_tokens = 0;
@@ -138,15 +140,15 @@ inline Batch make_batch(const std::vector<int>& ctx, const std::vector<int>& n_n
     }
   }
   b.qsl.ptr<int32_t>()[n_seqs] = t;
-  b.host = AttentionMeta{n_seqs, n_tokens, block_size, b.qsl, b.seq_lens, b.positions, b.block_table,
-                         b.slot_mapping, {}};
+  b.host = AttentionMeta{n_seqs,      n_tokens,      block_size,     b.qsl, b.seq_lens,
+                         b.positions, b.block_table, b.slot_mapping, {}};
   b.d_qsl = cuda::to_device(b.qsl);
   b.d_seq_lens = cuda::to_device(b.seq_lens);
   b.d_positions = cuda::to_device(b.positions);
   b.d_block_table = cuda::to_device(b.block_table);
   b.d_slot_mapping = cuda::to_device(b.slot_mapping);
-  b.dev = AttentionMeta{n_seqs, n_tokens, block_size, b.d_qsl, b.d_seq_lens, b.d_positions,
-                        b.d_block_table, b.d_slot_mapping, {}};
+  b.dev = AttentionMeta{n_seqs,        n_tokens,        block_size,       b.d_qsl, b.d_seq_lens,
+                        b.d_positions, b.d_block_table, b.d_slot_mapping, {}};
   return b;
 }
 

@@ -12,8 +12,12 @@ namespace osprey {
 namespace {
 using namespace testing;
 
-const char* name(DType d) { return d == DType::F32 ? "F32" : "BF16"; }
-double tol(DType d) { return d == DType::F32 ? 1e-6 : 8e-3; }
+const char* name(DType d) {
+  return d == DType::F32 ? "F32" : "BF16";
+}
+double tol(DType d) {
+  return d == DType::F32 ? 1e-6 : 8e-3;
+}
 
 TEST(CudaOps, Embedding) {
   OSPREY_REQUIRE_GPU();
@@ -30,8 +34,8 @@ TEST(CudaOps, Embedding) {
       DeviceBuffer d_table = upload(table, tdt), d_ids = cuda::to_device(ids);
       DeviceBuffer out = poisoned(odt, {n, D});
       ops::embedding(out, d_ids, d_table);
-      expect_close(std::string("embedding table ") + name(tdt) + " out " + name(odt),
-                   download(out), ref, 0.0);
+      expect_close(std::string("embedding table ") + name(tdt) + " out " + name(odt), download(out),
+                   ref, 0.0);
     }
 }
 
@@ -59,7 +63,8 @@ TEST(CudaOps, AddRmsNorm) {
       round_bf16(x);
       round_bf16(res);
     }
-    DeviceBuffer dx = upload(x, dt), dres = upload(res, dt), dw = upload(w), out = poisoned(dt, {n, D});
+    DeviceBuffer dx = upload(x, dt), dres = upload(res, dt), dw = upload(w),
+                 out = poisoned(dt, {n, D});
     Buffer ref(DType::F32, {n, D});
     ops::add_rms_norm(ref, res, x, w, 1e-6f);  // res becomes res + x
     ops::add_rms_norm(out, dres, dx, dw, 1e-6f);
@@ -139,7 +144,8 @@ using namespace testing;
 
 TEST(CudaOps, CopyColumnsAddScale) {
   OSPREY_REQUIRE_GPU();
-  // The expanded-attention K assembly at V3.2 widths: k [L·128, 192] ← kvb nope cols, ctx rope cols.
+  // The expanded-attention K assembly at V3.2 widths: k [L·128, 192] ← kvb nope cols, ctx rope
+  // cols.
   const int64_t L = 37, H = 128;
   for (DType dt : {DType::F32, DType::BF16}) {
     Buffer kvb = rand_f32({L * H, 256}), ctx = rand_f32({L, 576});
@@ -152,7 +158,8 @@ TEST(CudaOps, CopyColumnsAddScale) {
     DeviceBuffer out = poisoned(dt, {L * H, 192});
     ops::copy_columns(out, 0, d_kvb, 0, 128);
     ops::copy_columns(out, 128, d_ctx, 512, 64);
-    expect_close(std::string("copy_columns ") + (dt == DType::F32 ? "F32" : "BF16"), download(out), ref, 0.0);
+    expect_close(std::string("copy_columns ") + (dt == DType::F32 ? "F32" : "BF16"), download(out),
+                 ref, 0.0);
   }
   Buffer a = rand_f32({67, 7168}), b = rand_f32({67, 7168});
   Buffer ref(DType::F32, {67, 7168});

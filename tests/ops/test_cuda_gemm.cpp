@@ -1,6 +1,6 @@
-// CUDA linear against the CPU twin on DeepSeek-V3.2 projection shapes: BF16 and F32 weights, and FP8
-// e4m3 weights with 128×128 block scales through both CUDA paths (cuBLASLt block-scaled FP8, and
-// the dequantize + BF16 fallback).
+// CUDA linear against the CPU twin on DeepSeek-V3.2 projection shapes: BF16 and F32 weights, and
+// FP8 e4m3 weights with 128×128 block scales through both CUDA paths (cuBLASLt block-scaled FP8,
+// and the dequantize + BF16 fallback).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -46,17 +46,23 @@ struct Shape3 {
   int64_t n, out, in;
   const char* what;
 };
-const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},   {37, 24576, 1536, "q_b_proj"},
-                          {64, 576, 7168, "kv_a_proj"},   {5, 7168, 16384, "o_proj"},
-                          {16, 2048, 7168, "expert gate"}, {16, 7168, 2048, "expert down"},
+const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},
+                          {37, 24576, 1536, "q_b_proj"},
+                          {64, 576, 7168, "kv_a_proj"},
+                          {5, 7168, 16384, "o_proj"},
+                          {16, 2048, 7168, "expert gate"},
+                          {16, 7168, 2048, "expert down"},
                           // The small test models' shapes (out < 128, out % 128 != 0, in = 128).
-                          {13, 96, 256, "tiny q_a"},       {13, 144, 256, "tiny kv_a"},
-                          {13, 32, 256, "tiny expert gate"}, {13, 256, 128, "tiny o_proj"},
-                          {40, 256, 384, "tiny mlp down"},  {37, 32768, 512, "kv_b_proj"}};
+                          {13, 96, 256, "tiny q_a"},
+                          {13, 144, 256, "tiny kv_a"},
+                          {13, 32, 256, "tiny expert gate"},
+                          {13, 256, 128, "tiny o_proj"},
+                          {40, 256, 384, "tiny mlp down"},
+                          {37, 32768, 512, "kv_b_proj"}};
 
 std::string label(const char* kind, const Shape3& s) {
-  return std::string(kind) + " " + s.what + " [" + std::to_string(s.n) + "x" + std::to_string(s.in) +
-         "]x[" + std::to_string(s.out) + "]";
+  return std::string(kind) + " " + s.what + " [" + std::to_string(s.n) + "x" +
+         std::to_string(s.in) + "]x[" + std::to_string(s.out) + "]";
 }
 
 TEST(CudaOps, LinearBf16) {
@@ -109,12 +115,9 @@ void run_fp8(bool block_scaled) {
         const bool lt = path == "cublasLt-fp8-blockscaled";
         // Exact: only accumulation (and the output rounding) differ. Random x: e4m3 activations
         // (3 mantissa bits) on the block-scaled path, BF16 activations on the fallback.
-        const double tol = !lt ? 1e-2
-                           : !exact        ? 6e-2
-                           : ydt == DType::F32 ? 2e-3
-                                               : 1e-2;
+        const double tol = !lt ? 1e-2 : !exact ? 6e-2 : ydt == DType::F32 ? 2e-3 : 1e-2;
         expect_close(label(lt ? (exact ? "fp8 lt exact-x" : "fp8 lt random-x")
-                                        : (exact ? "fp8 dequant exact-x" : "fp8 dequant random-x"),
+                              : (exact ? "fp8 dequant exact-x" : "fp8 dequant random-x"),
                            s) +
                          (ydt == DType::F32 ? " y F32" : " y BF16"),
                      download(y), ref, tol);

@@ -38,7 +38,8 @@ TEST(CudaOps, IndexerCacheWriteTopk) {
   // The exact score of position j for token t, in double.
   const int64_t max_blocks = b.block_table.shape()[1];
   auto score = [&](int64_t t, int s, int64_t j) {
-    const int64_t row = int64_t(b.block_table.ptr<int32_t>()[s * max_blocks + j / 64]) * 64 + j % 64;
+    const int64_t row =
+        int64_t(b.block_table.ptr<int32_t>()[s * max_blocks + j / 64]) * 64 + j % 64;
     double acc = 0.0;
     for (int64_t h = 0; h < IH; ++h) {
       double dot = 0.0;

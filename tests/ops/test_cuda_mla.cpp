@@ -37,7 +37,8 @@ TEST(CudaOps, MlaAbsorbUnabsorb) {
   ops::mla_unabsorb_out(out, o_lat, kv_b, int(kNope));
   for (DType wdt : {DType::F32, DType::BF16}) {
     DeviceBuffer d_kvb = upload(kv_b, wdt), dq = upload(q), dl = upload(o_lat);
-    DeviceBuffer d_qabs = poisoned(DType::F32, {n, H, kWidth}), d_out = poisoned(DType::F32, {n, H, kV});
+    DeviceBuffer d_qabs = poisoned(DType::F32, {n, H, kWidth}),
+                 d_out = poisoned(DType::F32, {n, H, kV});
     ops::mla_absorb_q(d_qabs, dq, d_kvb, int(kNope), int(kV));
     ops::mla_unabsorb_out(d_out, dl, d_kvb, int(kNope));
     const double tol = wdt == DType::F32 ? 1e-5 : 1e-2;
@@ -111,7 +112,8 @@ void expanded_case(bool sparse) {
   Buffer topk = sparse ? random_topk(b, kTopk) : Buffer();
   Buffer ref(DType::F32, {n, H, kV});
   ops::mla_attention_expanded(ref, q, k, v, b.host, sparse ? topk.view() : Tensor{}, kScale);
-  DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v), d_out = poisoned(DType::F32, {n, H, kV});
+  DeviceBuffer dq = upload(q), dk = upload(k), dv = upload(v),
+               d_out = poisoned(DType::F32, {n, H, kV});
   DeviceBuffer d_topk = sparse ? cuda::to_device(topk) : DeviceBuffer();
   ops::mla_attention_expanded(d_out, dq, dk, dv, b.dev, sparse ? d_topk.view() : Tensor{}, kScale);
   expect_close(std::string("mla_attention_expanded ") + (sparse ? "top-2048" : "causal") +

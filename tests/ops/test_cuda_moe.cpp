@@ -26,13 +26,15 @@ void route_case(const RouterParams& p, DType logit_dt, const char* what) {
   int64_t set_diff = 0;
   for (int64_t t = 0; t < n; ++t) {
     std::set<int32_t> a(ids.ptr<int32_t>() + t * p.top_k, ids.ptr<int32_t>() + (t + 1) * p.top_k);
-    std::set<int32_t> b(g_ids.ptr<int32_t>() + t * p.top_k, g_ids.ptr<int32_t>() + (t + 1) * p.top_k);
+    std::set<int32_t> b(g_ids.ptr<int32_t>() + t * p.top_k,
+                        g_ids.ptr<int32_t>() + (t + 1) * p.top_k);
     if (a != b) ++set_diff;
   }
   // Random logits: no ties expected, so the chosen sets (and their order) must agree.
   EXPECT_EQ(set_diff, 0) << what;
   int64_t order_diff = 0;
-  for (int64_t i = 0; i < n * p.top_k; ++i) order_diff += ids.ptr<int32_t>()[i] != g_ids.ptr<int32_t>()[i];
+  for (int64_t i = 0; i < n * p.top_k; ++i)
+    order_diff += ids.ptr<int32_t>()[i] != g_ids.ptr<int32_t>()[i];
   EXPECT_EQ(order_diff, 0) << what;
   std::printf("TWIN %-44s token sets differing %lld\n", what, static_cast<long long>(set_diff));
   expect_close(std::string(what) + " weights", g_w, wts, 1e-5);
@@ -61,7 +63,8 @@ void experts_case(bool block_scaled) {
     std::uniform_int_distribution<int> byte(0, 255);
     for (int64_t i = 0; i < out * in; ++i) {
       int v;
-      do v = byte(rng()); while ((v & 0x7f) == 0x7f);
+      do v = byte(rng());
+      while ((v & 0x7f) == 0x7f);
       w.ptr<uint8_t>()[i] = uint8_t(v);
     }
     Buffer sc = rand_f32({(out + 127) / 128, (in + 127) / 128}, 0.5e-3f, 2e-3f);

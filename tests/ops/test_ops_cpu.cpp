@@ -7,10 +7,10 @@
 
 #include "core/storage.h"
 #include "core/tensor.h"
-#include "ops/tensor_ops.h"
 #include "ops/indexer.h"
 #include "ops/moe.h"
 #include "ops/rope.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 namespace {
@@ -23,8 +23,8 @@ TEST(OpsCpu, IndexerTopkTiesTakeLowerPositionsAndPad) {
   Buffer q(DType::F32, {1, IH, ID}), w(DType::F32, {1, IH});
   for (int64_t i = 0; i < IH * ID; ++i) q.f32()[i] = 0.5f;
   w.f32()[0] = w.f32()[1] = 1.0f;
-  Buffer qsl(DType::I32, {2}), seq_lens(DType::I32, {1}), pos(DType::I32, {1}), bt(DType::I32, {1, 1}),
-      slots(DType::I64, {1});
+  Buffer qsl(DType::I32, {2}), seq_lens(DType::I32, {1}), pos(DType::I32, {1}),
+      bt(DType::I32, {1, 1}), slots(DType::I64, {1});
   qsl.ptr<int32_t>()[0] = 0;
   qsl.ptr<int32_t>()[1] = 1;
   seq_lens.ptr<int32_t>()[0] = 6;

@@ -1,5 +1,5 @@
-#include "core/error.h"
 #include "ops/embedding.h"
+#include "core/error.h"
 
 namespace osprey::ops::cpu {
 

@@ -24,9 +24,9 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale) {
   const int64_t IH = q.size(1), ID = q.size(2), topk = topk_indices.size(1);
-  OSPREY_CHECK(weights.size(1) == IH && index_cache.size(-1) == ID &&
-                   topk_indices.size(0) == m.n_tokens,
-               "indexer shapes");
+  OSPREY_CHECK(
+      weights.size(1) == IH && index_cache.size(-1) == ID && topk_indices.size(0) == m.n_tokens,
+      "indexer shapes");
   const int32_t* pos = m.positions.ptr<int32_t>();
   const int32_t* qsl = m.query_start_loc.ptr<int32_t>();
   const int64_t max_blocks = m.block_table.size(1);
@@ -41,8 +41,8 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     const float* qt = q.f32() + t * IH * ID;
     const float* wt = weights.f32() + t * IH;
     for (int64_t j = 0; j <= p; ++j) {
-      const int64_t row = int64_t(bt[s * max_blocks + j / m.block_size]) * m.block_size +
-                          j % m.block_size;
+      const int64_t row =
+          int64_t(bt[s * max_blocks + j / m.block_size]) * m.block_size + j % m.block_size;
       const float* kj = index_cache.f32() + row * ID;
       float acc = 0.0f;
       for (int64_t h = 0; h < IH; ++h) {

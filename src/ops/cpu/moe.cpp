@@ -48,7 +48,8 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
     } else {
       for (int e = 0; e < E; ++e) s[size_t(e)] = 1.0f / (1.0f + std::exp(-l[e]));
     }
-    for (int e = 0; e < E; ++e) choice[size_t(e)] = s[size_t(e)] + (use_bias ? correction_bias.f32()[e] : 0.0f);
+    for (int e = 0; e < E; ++e)
+      choice[size_t(e)] = s[size_t(e)] + (use_bias ? correction_bias.f32()[e] : 0.0f);
     if (p.method != TopkMethod::Greedy && G > 1) {
       for (int g = 0; g < G; ++g) {
         const float* c = choice.data() + g * per_group;
@@ -101,8 +102,10 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
       if (ids[i] == int32_t(e)) rows.push_back(i);
     if (rows.empty()) continue;
     const int64_t m = int64_t(rows.size()), I = experts[e].gate.out();
-    Buffer xs(DType::F32, {m, D}), g(DType::F32, {m, I}), u(DType::F32, {m, I}), y(DType::F32, {m, D});
-    for (int64_t r = 0; r < m; ++r) std::copy_n(x.f32() + (rows[size_t(r)] / K) * D, D, xs.f32() + r * D);
+    Buffer xs(DType::F32, {m, D}), g(DType::F32, {m, I}), u(DType::F32, {m, I}),
+        y(DType::F32, {m, D});
+    for (int64_t r = 0; r < m; ++r)
+      std::copy_n(x.f32() + (rows[size_t(r)] / K) * D, D, xs.f32() + r * D);
     linear(g, xs, experts[e].gate);
     linear(u, xs, experts[e].up);
     silu_mul(g, g, u);

@@ -12,9 +12,9 @@ void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
   const int64_t n_heads = x.dim() == 3 ? x.size(1) : 1;
   const int64_t head_dim = x.size(-1);
   const int half = rope_dim / 2;
-  OSPREY_CHECK(offset + rope_dim <= head_dim && inv_freq.numel() == half &&
-                   positions.numel() == n_tokens,
-               "rope shapes");
+  OSPREY_CHECK(
+      offset + rope_dim <= head_dim && inv_freq.numel() == half && positions.numel() == n_tokens,
+      "rope shapes");
   const int32_t* pos = positions.ptr<int32_t>();
   const float* f = inv_freq.f32();
   std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
