@@ -73,8 +73,13 @@ void run_step_benchmark(const StepOptions& o) {
   // Random cache contents (never time on zeros): as if every sequence had `context` tokens.
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     ops::cuda::fill_uniform(cache.latent(l), o.seed + 100 + uint64_t(l), -1.0f, 1.0f);
-    if (c.has_indexer)
-      ops::cuda::fill_uniform(cache.index_keys(l), o.seed + 200 + uint64_t(l), -1.0f, 1.0f);
+    if (c.has_indexer) {
+      // The FP8 indexer cache (U8): e4m3 values in [-1, 1]; the scale slots then hold those bytes
+      // too, read as fp32 tiny finite numbers (fine for timing).
+      Tensor ik = cache.index_keys(l);
+      if (ik.dtype == DType::U8) ik.dtype = DType::F8_E4M3;
+      ops::cuda::fill_uniform(ik, o.seed + 200 + uint64_t(l), -1.0f, 1.0f);
+    }
   }
   auto blocks_of = [&](int s) {
     std::vector<int32_t> b(static_cast<size_t>(blocks_per_seq));

@@ -1,5 +1,7 @@
 #include "kv/paged_cache.h"
 
+#include "ops/indexer.h"
+
 namespace osprey {
 
 PagedKVCache::PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size, Device device)
@@ -9,7 +11,12 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_siz
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     latent_.emplace_back(device, t,
                          Shape{n_blocks, block_size, c.kv_lora_rank + c.qk_rope_head_dim});
-    if (c.has_indexer)
+    if (!c.has_indexer) continue;
+    if (index_dtype_for(device) == DType::U8)
+      index_keys_.emplace_back(
+          device, DType::U8,
+          Shape{n_blocks, block_size * ops::indexer_fp8_token_bytes(c.index_head_dim)});
+    else
       index_keys_.emplace_back(device, t, Shape{n_blocks, block_size, c.index_head_dim});
   }
 }
@@ -20,9 +27,13 @@ Tensor PagedKVCache::index_keys(int layer) const {
 }
 
 int64_t PagedKVCache::bytes_per_block(const ModelConfig& c, int block_size, Device device) {
-  const int64_t per_token =
-      c.kv_lora_rank + c.qk_rope_head_dim + (c.has_indexer ? c.index_head_dim : 0);
-  return per_token * block_size * int64_t(dtype_size(dtype_for(device))) * c.num_hidden_layers;
+  const int64_t latent = (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(dtype_for(device)));
+  int64_t index = 0;
+  if (c.has_indexer)
+    index = index_dtype_for(device) == DType::U8
+                ? ops::indexer_fp8_token_bytes(c.index_head_dim)
+                : c.index_head_dim * int64_t(dtype_size(index_dtype_for(device)));
+  return (latent + index) * block_size * c.num_hidden_layers;
 }
 
 }  // namespace osprey

@@ -6,12 +6,39 @@
 //   topk_indices[t] = the min(index_topk, p + 1) positions j with the largest I (ties: lower j
 //   first), in ascending order of j, padded with −1 to index_topk.
 //   q [n_tokens, IH, ID] F32, weights [n_tokens, IH] F32 (already × IH^-0.5), scale = ID^-0.5.
+//
+// Two cache formats, told apart by the cache's dtype:
+//   F32 / BF16  [n_blocks, block_size, ID]: the key itself (CPU F32 = the oracle).
+//   U8 (FP8)    [n_blocks, block_size · (ID + 4)] bytes: DeepSeek/vLLM's 132 bytes per token
+//     (ID = 128). Within a block: block_size · ID e4m3 values (token-major, ID per token), then
+//     block_size fp32 scales (one per token). Token at offset o of block b:
+//       values  bytes [b·BS·(ID+4) + o·ID, + ID)
+//       scale   fp32 at byte b·BS·(ID+4) + BS·ID + 4·o
+//     The scale is s = ue8m0(max(amax|k|, 1e-4) / 448): amax floored as DeepSeek's act_quant,
+//     divided by the e4m3 maximum, then rounded UP to a power of two (ue8m0, as V3.2's
+//     scale_fmt="ue8m0"), so every |k/s| ≤ 448 and k/s is exact; value = e4m3_rne(k / s)
+//     (saturating). Scoring reads k ≈ e4m3_to_f32(value) · s (exact product, s a power of two).
 #pragma once
+
+#include <cstdint>
+#include <cstring>
 
 #include "core/tensor.h"
 #include "ops/attention_meta.h"
 
 namespace osprey::ops {
+// Bytes one token takes in the FP8 indexer cache: ID e4m3 values + one fp32 scale.
+constexpr int64_t indexer_fp8_token_bytes(int64_t id) { return id + 4; }
+// The per-token FP8 scale from amax|k| (see above): the bit-exact rule both twins use.
+inline float indexer_fp8_scale(float amax) {
+  const float s = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;
+  uint32_t u;
+  std::memcpy(&u, &s, 4);
+  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;  // round up to a power of two
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
 // index_cache[slot_mapping[t]] = k[t].  k [n_tokens, ID].
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,

@@ -2,9 +2,14 @@
 // and padding, the router's group restriction, and the two rope layouts being one rotation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "ops/indexer.h"
@@ -41,6 +46,152 @@ TEST(OpsCpu, IndexerTopkTiesTakeLowerPositionsAndPad) {
   ops::indexer_topk(out3, q, w, cache, m, 1.0f);
   EXPECT_EQ(std::vector<int32_t>(out3.ptr<int32_t>(), out3.ptr<int32_t>() + 3),
             (std::vector<int32_t>{0, 1, 2}));
+}
+
+// The FP8 indexer cache (ops/indexer.h): layout (values then scales per block), the ue8m0 scale
+// rule and the round-trip error; bytes of other tokens are left alone.
+TEST(OpsCpu, IndexerFp8CacheLayoutAndRoundTrip) {
+  const int64_t ID = 128, BS = 64, TB = ID + 4, n_blocks = 3;
+  Buffer cache(DType::U8, {n_blocks, BS * TB});
+  std::memset(cache.ptr<uint8_t>(), 0xAA, size_t(n_blocks * BS * TB));
+  const std::vector<int64_t> slot = {5, 64 + 7, 127, 128, 191};
+  const int64_t n = int64_t(slot.size());
+  Buffer k(DType::F32, {n, ID});
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const float mag[5] = {1.0f, 37.5f, 0.0f, 3e-6f, 1000.0f};  // token 2: zeros (amax floor)
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < ID; ++c) k.f32()[t * ID + c] = mag[t] * u(rng);
+  k.f32()[4 * ID + 3] = -1000.0f;  // an exact amax
+  Buffer slots(DType::I64, {n}), empty(DType::I32, {1});
+  for (int64_t t = 0; t < n; ++t) slots.ptr<int64_t>()[t] = slot[size_t(t)];
+  AttentionMeta m{1, int(n), int(BS), empty, empty, empty, empty, slots, {}};
+  ops::indexer_cache_write(cache, k, m);
+  std::vector<bool> written(size_t(n_blocks * BS * TB), false);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t b = slot[size_t(t)] / BS, o = slot[size_t(t)] % BS;
+    const int64_t vals = b * BS * TB + o * ID, sc = b * BS * TB + BS * ID + 4 * o;
+    float s;
+    std::memcpy(&s, cache.ptr<uint8_t>() + sc, 4);
+    float amax = 0.0f;
+    for (int64_t c = 0; c < ID; ++c) amax = std::max(amax, std::fabs(k.f32()[t * ID + c]));
+    // s = amax/448 (amax ≥ 1e-4) rounded up to a power of two.
+    int e;
+    EXPECT_EQ(std::frexp(s, &e), 0.5f) << "token " << t << ": scale " << s << " not a power of 2";
+    const float s0 = std::max(amax, 1e-4f) / 448.0f;
+    EXPECT_GE(s, s0);
+    EXPECT_LT(s, 2.0f * s0);
+    EXPECT_EQ(s, ops::indexer_fp8_scale(amax));
+    for (int64_t c = 0; c < ID; ++c) {
+      const float x = k.f32()[t * ID + c];
+      const uint8_t v = cache.ptr<uint8_t>()[vals + c];
+      EXPECT_EQ(v, f32_to_e4m3(x / s)) << "token " << t << " c " << c;
+      // e4m3: relative error ≤ 2^-4 in the normal range, absolute ≤ 2^-10 (× s) below it.
+      const float err = std::fabs(e4m3_to_f32(v) * s - x);
+      EXPECT_LE(err, std::max(std::fabs(x) * 0x1p-4f, s * 0x1p-10f)) << "token " << t << " c " << c;
+      written[size_t(vals + c)] = true;
+    }
+    for (int i = 0; i < 4; ++i) written[size_t(sc + i)] = true;
+  }
+  for (size_t i = 0; i < written.size(); ++i)
+    if (!written[i]) {
+      ASSERT_EQ(cache.ptr<uint8_t>()[i], 0xAA) << "byte " << i << " overwritten";
+    }
+}
+
+// CPU FP8 top-k against CPU F32 top-k on random data: the sets agree except for positions whose
+// exact F32 score lies within 2·δ of the F32 k-th score, δ = max_j Σ_h |w_h|·scale·|q_h·(k_j − k̂_j)|
+// (the largest score change quantization can make; relu is 1-Lipschitz).
+TEST(OpsCpu, IndexerFp8TopkMatchesF32UpToQuantization) {
+  const int64_t IH = 8, ID = 128, BS = 64, L = 400, topk = 64;
+  const int64_t n_blocks = (L + BS - 1) / BS + 1;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Buffer k(DType::F32, {L, ID}), q(DType::F32, {L, IH, ID}), w(DType::F32, {L, IH});
+  for (int64_t i = 0; i < L * ID; ++i) k.f32()[i] = u(rng) * (1.0f + float(i / ID % 5));
+  for (int64_t i = 0; i < L * IH * ID; ++i) q.f32()[i] = u(rng);
+  for (int64_t i = 0; i < L * IH; ++i) w.f32()[i] = 0.25f * u(rng);
+  // One sequence of L tokens (a prefill), blocks in reverse order.
+  Buffer qsl(DType::I32, {2}), seq_lens(DType::I32, {1}), pos(DType::I32, {L}),
+      bt(DType::I32, {1, n_blocks}), slots(DType::I64, {L});
+  qsl.ptr<int32_t>()[0] = 0;
+  qsl.ptr<int32_t>()[1] = int32_t(L);
+  seq_lens.ptr<int32_t>()[0] = int32_t(L);
+  for (int64_t b = 0; b < n_blocks; ++b) bt.ptr<int32_t>()[b] = int32_t(n_blocks - 1 - b);
+  for (int64_t t = 0; t < L; ++t) {
+    pos.ptr<int32_t>()[t] = int32_t(t);
+    slots.ptr<int64_t>()[t] = int64_t(bt.ptr<int32_t>()[t / BS]) * BS + t % BS;
+  }
+  AttentionMeta m{1, int(L), int(BS), qsl, seq_lens, pos, bt, slots, {}};
+  Buffer c32 = Buffer::zeros(DType::F32, {n_blocks, BS, ID});
+  Buffer c8 = Buffer::zeros(DType::U8, {n_blocks, BS * (ID + 4)});
+  ops::indexer_cache_write(c32, k, m);
+  ops::indexer_cache_write(c8, k, m);
+  const float scale = 1.0f / std::sqrt(float(ID));
+  Buffer r32(DType::I32, {L, topk}), r8(DType::I32, {L, topk});
+  ops::indexer_topk(r32, q, w, c32, m, scale);
+  ops::indexer_topk(r8, q, w, c8, m, scale);
+  // Dequantized keys k̂ (by position).
+  std::vector<float> kh(size_t(L * ID));
+  for (int64_t j = 0; j < L; ++j) {
+    const int64_t sl = slots.ptr<int64_t>()[j], b = sl / BS, o = sl % BS;
+    const uint8_t* blk = c8.ptr<uint8_t>() + b * BS * (ID + 4);
+    float s;
+    std::memcpy(&s, blk + BS * ID + 4 * o, 4);
+    for (int64_t d = 0; d < ID; ++d) kh[size_t(j * ID + d)] = e4m3_to_f32(blk[o * ID + d]) * s;
+  }
+  int64_t mismatched = 0, tokens_differing = 0;
+  double worst = 0.0;  // max |I_j − kth| / (2δ) over swapped positions
+  for (int64_t t = 0; t < L; ++t) {
+    const int64_t n_sel = std::min<int64_t>(topk, t + 1);
+    const int32_t* a = r32.ptr<int32_t>() + t * topk;
+    const int32_t* g = r8.ptr<int32_t>() + t * topk;
+    for (int64_t i = n_sel; i < topk; ++i) ASSERT_EQ(g[i], -1);
+    std::set<int32_t> as(a, a + n_sel), gs(g, g + n_sel);
+    if (as == gs) continue;
+    ++tokens_differing;
+    auto exact = [&](int64_t j) {
+      double acc = 0.0;
+      for (int64_t h = 0; h < IH; ++h) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < ID; ++d)
+          dot += double(q.f32()[(t * IH + h) * ID + d]) * k.f32()[j * ID + d];
+        acc += w.f32()[t * IH + h] * std::max(dot * scale, 0.0);
+      }
+      return acc;
+    };
+    double delta = 0.0;
+    for (int64_t j = 0; j <= t; ++j) {
+      double dj = 0.0;
+      for (int64_t h = 0; h < IH; ++h) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < ID; ++d)
+          dot += double(q.f32()[(t * IH + h) * ID + d]) *
+                 (double(k.f32()[j * ID + d]) - kh[size_t(j * ID + d)]);
+        dj += std::fabs(w.f32()[t * IH + h]) * scale * std::fabs(dot);
+      }
+      delta = std::max(delta, dj);
+    }
+    double kth = INFINITY, smax = 0.0;
+    for (int32_t j : as) {
+      const double v = exact(j);
+      kth = std::min(kth, v);
+      smax = std::max(smax, std::fabs(v));
+    }
+    for (const auto& [x, y] : {std::pair{&gs, &as}, std::pair{&as, &gs}})
+      for (int32_t j : *x)
+        if (!y->count(j)) {
+          ++mismatched;
+          const double v = exact(j);
+          worst = std::max(worst, std::fabs(v - kth) / (2.0 * delta));
+          EXPECT_NEAR(v, kth, 2.0 * delta + 1e-5 * smax)
+              << "token " << t << " position " << j << " differs beyond the quantization bound";
+        }
+  }
+  std::printf("FP8 vs F32 indexer top-%lld (L=%lld): %lld tokens differ, %lld positions swapped "
+              "(worst |I - kth| = %.2f of the 2*delta bound)\n",
+              static_cast<long long>(topk), static_cast<long long>(L),
+              static_cast<long long>(tokens_differing), static_cast<long long>(mismatched), worst);
 }
 
 TEST(OpsCpu, MoeRouteNoauxTcKeepsOnlyTheBestGroups) {

@@ -1,20 +1,58 @@
 // CPU lightning indexer: exact F32 scores over every causal context position, then a stable
-// top-k (score descending, position ascending on ties).
+// top-k (score descending, position ascending on ties). The FP8 (U8) cache format of ops/indexer.h
+// is written and read with plain loops: the reference for the CUDA twin.
 #include "ops/indexer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace osprey::ops::cpu {
 
+namespace {
+// FP8 cache: the ID of a U8 cache [n_blocks, BS·(ID+4)] (checked against `id`).
+void check_fp8_cache(const Tensor& c, int64_t id, int block_size) {
+  OSPREY_CHECK(c.dtype == DType::U8 && c.size(-1) == block_size * indexer_fp8_token_bytes(id),
+               "FP8 indexer cache width ", c.size(-1), " != ", block_size, " x (", id, " + 4)");
+}
+// Token `row` (= block · BS + offset) of an FP8 cache, dequantized into out[ID].
+void fp8_key(const uint8_t* cache, int64_t row, int bs, int64_t id, float* out) {
+  const int64_t b = row / bs, o = row % bs;
+  const uint8_t* blk = cache + b * bs * indexer_fp8_token_bytes(id);
+  float s;
+  std::memcpy(&s, blk + bs * id + 4 * o, 4);
+  for (int64_t d = 0; d < id; ++d) out[d] = e4m3_to_f32(blk[o * id + d]) * s;
+}
+}  // namespace
+
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   const int64_t d = k.size(-1);
+  const int64_t* slots = m.slot_mapping.ptr<int64_t>();
+  OSPREY_CHECK(k.dtype == DType::F32, "indexer_cache_write (CPU): F32 keys");
+  if (index_cache.dtype == DType::U8) {
+    check_fp8_cache(index_cache, d, m.block_size);
+    const int bs = m.block_size;
+    const int64_t n_slots = index_cache.numel() / indexer_fp8_token_bytes(d);
+    for (int64_t t = 0; t < m.n_tokens; ++t) {
+      OSPREY_CHECK(slots[t] >= 0 && slots[t] < n_slots, "slot ", slots[t]);
+      const float* kt = k.f32() + t * d;
+      float amax = 0.0f;
+      for (int64_t c = 0; c < d; ++c) amax = std::max(amax, std::fabs(kt[c]));
+      const float s = indexer_fp8_scale(amax);
+      const int64_t b = slots[t] / bs, o = slots[t] % bs;
+      uint8_t* blk = index_cache.ptr<uint8_t>() + b * bs * indexer_fp8_token_bytes(d);
+      for (int64_t c = 0; c < d; ++c) blk[o * d + c] = f32_to_e4m3(kt[c] / s);
+      std::memcpy(blk + bs * d + 4 * o, &s, 4);
+    }
+    return;
+  }
   OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width");
   const int64_t n_slots = index_cache.numel() / d;
-  const int64_t* slots = m.slot_mapping.ptr<int64_t>();
   for (int64_t t = 0; t < m.n_tokens; ++t) {
     OSPREY_CHECK(slots[t] >= 0 && slots[t] < n_slots, "slot ", slots[t]);
     std::copy_n(k.f32() + t * d, d, index_cache.f32() + slots[t] * d);
@@ -24,14 +62,17 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale) {
   const int64_t IH = q.size(1), ID = q.size(2), topk = topk_indices.size(1);
-  OSPREY_CHECK(
-      weights.size(1) == IH && index_cache.size(-1) == ID && topk_indices.size(0) == m.n_tokens,
-      "indexer shapes");
+  const bool fp8 = index_cache.dtype == DType::U8;
+  if (fp8)
+    check_fp8_cache(index_cache, ID, m.block_size);
+  else
+    OSPREY_CHECK(index_cache.size(-1) == ID, "indexer cache width");
+  OSPREY_CHECK(weights.size(1) == IH && topk_indices.size(0) == m.n_tokens, "indexer shapes");
   const int32_t* pos = m.positions.ptr<int32_t>();
   const int32_t* qsl = m.query_start_loc.ptr<int32_t>();
   const int64_t max_blocks = m.block_table.size(1);
   const int32_t* bt = m.block_table.ptr<int32_t>();
-  std::vector<float> score;
+  std::vector<float> score, kbuf(size_t(fp8 ? ID : 0));
   std::vector<int32_t> order;
   int s = 0;
   for (int64_t t = 0; t < m.n_tokens; ++t) {
@@ -43,7 +84,13 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     for (int64_t j = 0; j <= p; ++j) {
       const int64_t row =
           int64_t(bt[s * max_blocks + j / m.block_size]) * m.block_size + j % m.block_size;
-      const float* kj = index_cache.f32() + row * ID;
+      const float* kj;
+      if (fp8) {
+        fp8_key(index_cache.ptr<uint8_t>(), row, m.block_size, ID, kbuf.data());
+        kj = kbuf.data();
+      } else {
+        kj = index_cache.f32() + row * ID;
+      }
       float acc = 0.0f;
       for (int64_t h = 0; h < IH; ++h) {
         float dot = 0.0f;

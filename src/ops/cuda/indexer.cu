@@ -11,7 +11,12 @@
 //      ties at T to take; an ordered block-scan compaction then writes the positions with key > T
 //      and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
 // Other IH × ID (the small test models) take indexer_score_generic_kernel (a thread per key).
-// Dtypes: q, index_cache F32 or BF16; weights F32; k F32 or BF16.
+// Dtypes: q F32 or BF16; weights F32; k F32 or BF16; index_cache F32, BF16 or U8 = the FP8 format
+// of ops/indexer.h (per token ID e4m3 values + an fp32 power-of-two scale, values then scales per
+// block). FP8: index_write_fp8_kernel (grid [n_tokens], 128 threads) takes amax|k| over the token,
+// the scale and the RNE saturating e4m3 values, bit-identical to the CPU twin; the score kernels
+// read keys through an accessor (PlainKeys / Fp8Keys) that dequantizes to F32 on load (value · s,
+// exact), so the scoring arithmetic is the same for every format.
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
@@ -32,10 +37,56 @@ __global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __rest
     cache[slots[t] * d + c] = from_f32<Tc>(to_f32(k[t * d + c]));
 }
 
-template <typename Tq, typename Tc>
+// Key accessors: element c of cache row `row` (= block · block_size + offset) as F32.
+template <typename T>
+struct PlainKeys {
+  const T* __restrict__ p;
+  int id;
+  __device__ __forceinline__ float operator()(int64_t row, int c) const { return to_f32(p[row * id + c]); }
+};
+__device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3)));
+}
+struct Fp8Keys {
+  const uint8_t* __restrict__ p;
+  int bs, id;
+  __device__ __forceinline__ float operator()(int64_t row, int c) const {
+    const int64_t b = row / bs, o = row % bs;
+    const uint8_t* blk = p + b * bs * int64_t(id + 4);
+    const float s = *reinterpret_cast<const float*>(blk + int64_t(bs) * id + 4 * o);
+    return e4m3_to_f32_dev(blk[o * id + c]) * s;
+  }
+};
+
+// FP8 write: one block of 128 threads per token (d any width).
+template <typename Tk>
+__global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __restrict__ k,
+                                       const int64_t* __restrict__ slots, int d, int bs) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  float amax = 0.0f;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f32(k[t * d + c])));
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) amax = fmaxf(amax, red[w]);
+  // indexer_fp8_scale (ops/indexer.h), bit for bit.
+  const float s0 = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);
+  uint32_t u = __float_as_uint(s0);
+  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
+  const float s = __uint_as_float(u);
+  const int64_t b = slots[t] / bs, o = slots[t] % bs;
+  uint8_t* blk = cache + b * bs * int64_t(d + 4);
+  for (int c = threadIdx.x; c < d; c += blockDim.x)
+    blk[o * d + c] = uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(to_f32(k[t * d + c]), s), __NV_SATFINITE, __NV_E4M3));
+  if (threadIdx.x == 0) *reinterpret_cast<float*>(blk + int64_t(bs) * d + 4 * o) = s;
+}
+
+template <typename Tq, typename KC>
 __global__ void __launch_bounds__(kScoreThreads)
     indexer_score_kernel(float* __restrict__ scores, int64_t ld, const Tq* __restrict__ q,
-                         const float* __restrict__ weights, const Tc* __restrict__ cache,
+                         const float* __restrict__ weights, KC keys,
                          const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
                          const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
                          int n_seqs, float scale) {
@@ -55,7 +106,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     float val = 0.0f;
     if (j <= p) {
       const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
-      val = to_f32(cache[row * kID + c]);
+      val = keys(row, c);
     }
     ks[r * (kID + 1) + c] = val;
   }
@@ -82,10 +133,10 @@ __global__ void __launch_bounds__(kScoreThreads)
 
 // Generic-shape scoring (any IH × ID: the small test models): a thread per key position.
 // Grid [n_tokens, ceil(max_len / 128)], 128 threads.
-template <typename Tq, typename Tc>
+template <typename Tq, typename KC>
 __global__ void indexer_score_generic_kernel(float* __restrict__ scores, int64_t ld,
                                              const Tq* __restrict__ q, const float* __restrict__ weights,
-                                             const Tc* __restrict__ cache, const int32_t* __restrict__ qsl,
+                                             KC keys, const int32_t* __restrict__ qsl,
                                              const int32_t* __restrict__ positions,
                                              const int32_t* __restrict__ block_table, int64_t max_blocks,
                                              int block_size, int n_seqs, int IH, int ID, float scale) {
@@ -95,12 +146,11 @@ __global__ void indexer_score_generic_kernel(float* __restrict__ scores, int64_t
   if (j > p) return;
   const int s = seq_of_token(qsl, n_seqs, t);
   const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
-  const Tc* kr = cache + row * ID;
   float acc = 0.0f;
   for (int h = 0; h < IH; ++h) {
     const Tq* qh = q + (int64_t(t) * IH + h) * ID;
     float dot = 0.0f;
-    for (int d = 0; d < ID; ++d) dot += to_f32(qh[d]) * to_f32(kr[d]);
+    for (int d = 0; d < ID; ++d) dot += to_f32(qh[d]) * keys(row, d);
     acc += weights[int64_t(t) * IH + h] * fmaxf(dot * scale, 0.0f);
   }
   scores[int64_t(t) * ld + j] = acc;
@@ -178,6 +228,18 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   check_device(k, "indexer_cache_write", "k");
   check_device(m.slot_mapping, "indexer_cache_write", "slot_mapping");
   const int64_t d = k.size(-1);
+  if (index_cache.dtype == DType::U8) {
+    OSPREY_CHECK(index_cache.size(-1) == m.block_size * indexer_fp8_token_bytes(d),
+                 "FP8 indexer cache width ", index_cache.size(-1));
+    if (m.n_tokens == 0) return;
+    OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
+      index_write_fp8_kernel<Tk><<<m.n_tokens, 128, 0, stream()>>>(
+          index_cache.ptr<uint8_t>(), static_cast<const Tk*>(k.data), m.slot_mapping.ptr<int64_t>(),
+          int(d), m.block_size);
+    });
+    OSPREY_CUDA_LAUNCH_CHECK();
+    return;
+  }
   OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width");
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
@@ -195,44 +257,49 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
   check_device(index_cache, "indexer_topk", "index_cache");
   const int64_t topk = topk_indices.size(1);
   const bool fast = q.size(1) == kIH && q.size(2) == kID;
+  const bool fp8 = index_cache.dtype == DType::U8;
   OSPREY_CHECK(weights.size(1) == q.size(1) && weights.dtype == DType::F32 &&
-                   index_cache.size(-1) == q.size(2) &&
+                   index_cache.size(-1) ==
+                       (fp8 ? m.block_size * indexer_fp8_token_bytes(q.size(2)) : q.size(2)) &&
                    topk_indices.size(0) == m.n_tokens && topk_indices.dtype == DType::I32,
                "indexer shapes (CUDA: 64 heads × 128, F32 weights)");
   if (m.n_tokens == 0) return;
   const int64_t max_len = m.block_table.size(1) * m.block_size;
   auto* scores = static_cast<float*>(
       scratch(kScratchIndexScores, size_t(m.n_tokens * max_len) * sizeof(float)));
-  if (!fast) {
-    const dim3 g(unsigned(m.n_tokens), unsigned((max_len + 127) / 128));
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, {
-      indexer_score_generic_kernel<Tq, Tc><<<g, 128, 0, stream()>>>(
-          scores, max_len, static_cast<const Tq*>(q.data), weights.f32(),
-          static_cast<const Tc*>(index_cache.data), m.query_start_loc.ptr<int32_t>(),
-          m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
-          m.block_size, m.n_seqs, int(q.size(1)), int(q.size(2)), scale);
-    }));
-    OSPREY_CUDA_LAUNCH_CHECK();
-    indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
-        topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
-    OSPREY_CUDA_LAUNCH_CHECK();
-    return;
-  }
   const size_t smem = (size_t(kIH) * kID + size_t(kScoreTile) * (kID + 1) + 4 * kScoreTile) * sizeof(float);
-  const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
-  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, {
-    static bool configured = false;
-    if (!configured) {
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel<Tq, Tc>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      configured = true;
+  auto score = [&](auto keys) {
+    using KC = decltype(keys);
+    if (!fast) {
+      const dim3 g(unsigned(m.n_tokens), unsigned((max_len + 127) / 128));
+      OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+        indexer_score_generic_kernel<Tq, KC><<<g, 128, 0, stream()>>>(
+            scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
+            m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+            m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs,
+            int(q.size(1)), int(q.size(2)), scale);
+      });
+      return;
     }
-    indexer_score_kernel<Tq, Tc><<<grid, kScoreThreads, smem, stream()>>>(
-        scores, max_len, static_cast<const Tq*>(q.data), weights.f32(),
-        static_cast<const Tc*>(index_cache.data), m.query_start_loc.ptr<int32_t>(),
-        m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
-        m.block_size, m.n_seqs, scale);
-  }));
+    const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
+    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+      static bool configured = false;
+      if (!configured) {
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel<Tq, KC>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        configured = true;
+      }
+      indexer_score_kernel<Tq, KC><<<grid, kScoreThreads, smem, stream()>>>(
+          scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
+          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(),
+          m.block_table.size(1), m.block_size, m.n_seqs, scale);
+    });
+  };
+  if (fp8)
+    score(Fp8Keys{index_cache.ptr<uint8_t>(), m.block_size, int(q.size(2))});
+  else
+    OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc,
+                          score(PlainKeys<Tc>{static_cast<const Tc*>(index_cache.data), int(q.size(2))}));
   OSPREY_CUDA_LAUNCH_CHECK();
   indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
       topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
