@@ -29,7 +29,8 @@ int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const Sc
   const int64_t n =
       cfg.num_blocks > 0
           ? cfg.num_blocks
-          : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device());
+          : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device(),
+                                                              m.fp8_index_keys());
   if (n * kBlockSize < s.max_model_len)
     fail("the KV cache (", n, " blocks of ", kBlockSize,
          " tokens) cannot hold one sequence of "

@@ -4,7 +4,8 @@
 
 namespace osprey {
 
-PagedKVCache::PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size, Device device)
+PagedKVCache::PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size, Device device,
+                           bool fp8_index_keys)
     : n_blocks_(n_blocks), block_size_(block_size), device_(device) {
   const DType t = dtype_for(device);
   OSPREY_CHECK(n_blocks > 0 && block_size > 0, "cache of ", n_blocks, " blocks");
@@ -12,7 +13,7 @@ PagedKVCache::PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_siz
     latent_.emplace_back(device, t,
                          Shape{n_blocks, block_size, c.kv_lora_rank + c.qk_rope_head_dim});
     if (!c.has_indexer) continue;
-    if (index_dtype_for(device) == DType::U8)
+    if (index_dtype_for(device, fp8_index_keys) == DType::U8)
       index_keys_.emplace_back(
           device, DType::U8,
           Shape{n_blocks, block_size * ops::indexer_fp8_token_bytes(c.index_head_dim)});
@@ -26,13 +27,14 @@ Tensor PagedKVCache::index_keys(int layer) const {
   return index_keys_[size_t(layer)].view();
 }
 
-int64_t PagedKVCache::bytes_per_block(const ModelConfig& c, int block_size, Device device) {
+int64_t PagedKVCache::bytes_per_block(const ModelConfig& c, int block_size, Device device,
+                                      bool fp8_index_keys) {
   const int64_t latent = (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(dtype_for(device)));
   int64_t index = 0;
   if (c.has_indexer)
-    index = index_dtype_for(device) == DType::U8
+    index = index_dtype_for(device, fp8_index_keys) == DType::U8
                 ? ops::indexer_fp8_token_bytes(c.index_head_dim)
-                : c.index_head_dim * int64_t(dtype_size(index_dtype_for(device)));
+                : c.index_head_dim * int64_t(dtype_size(index_dtype_for(device, fp8_index_keys)));
   return (latent + index) * block_size * c.num_hidden_layers;
 }
 

@@ -22,8 +22,9 @@ constexpr int kBlockSize = 64;
 
 class PagedKVCache {
  public:
+  // fp8_index_keys (CUDA only): the FP8 indexer key format (default), else BF16 keys.
   PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size = kBlockSize,
-               Device device = Device::CPU);
+               Device device = Device::CPU, bool fp8_index_keys = true);
 
   Tensor latent(int layer) const { return latent_[size_t(layer)].view(); }
   Tensor index_keys(int layer) const;
@@ -32,12 +33,14 @@ class PagedKVCache {
   Device device() const { return device_; }
   // The latent cache's dtype.
   static DType dtype_for(Device d) { return d == Device::CPU ? DType::F32 : DType::BF16; }
-  // The indexer cache's dtype: F32 on the CPU, U8 (the FP8 format) on CUDA.
-  static DType index_dtype_for(Device d) { return d == Device::CPU ? DType::F32 : DType::U8; }
+  // The indexer cache's dtype: F32 on the CPU; on CUDA U8 (the FP8 format), or BF16 when asked.
+  static DType index_dtype_for(Device d, bool fp8 = true) {
+    return d == Device::CPU ? DType::F32 : fp8 ? DType::U8 : DType::BF16;
+  }
 
   // Bytes one block takes across all layers (latent + indexer keys, in the formats above).
   static int64_t bytes_per_block(const ModelConfig& c, int block_size = kBlockSize,
-                                 Device device = Device::CPU);
+                                 Device device = Device::CPU, bool fp8_index_keys = true);
 
  private:
   int64_t n_blocks_;

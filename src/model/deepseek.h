@@ -49,8 +49,12 @@ class DeepseekModel {
   Device device() const { return device_; }
   // A paged cache of n_blocks on the model's device.
   PagedKVCache make_cache(int64_t n_blocks) const {
-    return PagedKVCache(config_, n_blocks, kBlockSize, device_);
+    return PagedKVCache(config_, n_blocks, kBlockSize, device_, fp8_index_keys_);
   }
+  // CUDA: the indexer key cache in the FP8 format (default, as DeepSeek deploys it) or in BF16
+  // (as transformers computes the indexer, for comparisons with it). Caches made afterwards use it.
+  void set_fp8_index_keys(bool on) { fp8_index_keys_ = on; }
+  bool fp8_index_keys() const { return fp8_index_keys_; }
   // Negative controls for `osprey eval` (model/ablation.h); every forward uses them until reset.
   void set_ablation(const ModelAblation& a) { ablation_ = a; }
   const ModelAblation& ablation() const { return ablation_; }
@@ -85,6 +89,7 @@ class DeepseekModel {
   float rope_attention_factor_;
   float softmax_scale_;
   ModelAblation ablation_;
+  bool fp8_index_keys_ = true;
 };
 
 }  // namespace osprey
