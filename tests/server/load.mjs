@@ -68,7 +68,9 @@ const withStall = Date.now();
 const others = await Promise.all(Array.from({ length: 20 }, (_, i) => stream(small(i + 5000))));
 const stallTime = Date.now() - withStall;
 check(others.every((r) => r.ok && r.tokens === 16), 'others complete beside a stalled client');
-check(stallTime < 3 * baseline + 2000, `a stalled client does not hold the others back (${stallTime} ms vs ${baseline} ms without)`);
+// A generous bound (CI machines are noisy); a server that waited on the stalled client would never
+// finish these at all (the stalled stream is 800 tokens long and never read).
+check(stallTime < 5 * baseline + 5000, `a stalled client does not hold the others back (${stallTime} ms vs ${baseline} ms without)`);
 stalledReq.destroy();
 
 // 3. A client that disconnects mid-stream: its request is aborted and its blocks freed.
