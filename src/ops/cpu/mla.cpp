@@ -54,6 +54,23 @@ void softmax(std::vector<float>& x) {
   for (float& v : x) v = float(v / sum);
 }
 
+// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0, vd).
+// (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
+void attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
+                 const std::vector<const float*>& values, int64_t vd, float scale,
+                 std::vector<float>& p) {
+  p.assign(keys.size(), 0.0f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < qk; ++d) dot += q[d] * keys[i][d];
+    p[i] = dot * scale;
+  }
+  softmax(p);
+  std::fill_n(out, vd, 0.0f);
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (int64_t d = 0; d < vd; ++d) out[d] += p[i] * values[i][d];
+}
+
 }  // namespace
 
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
@@ -132,20 +149,9 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
     std::vector<const float*> rows(js.size());
     for (size_t i = 0; i < js.size(); ++i)
       rows[i] = latent_cache.f32() + cache_row(m, s, js[i]) * width;
-    for (int64_t h = 0; h < H; ++h) {
-      const float* qh = q.f32() + (t * H + h) * width;
-      p.assign(js.size(), 0.0f);
-      for (size_t i = 0; i < js.size(); ++i) {
-        float dot = 0.0f;
-        for (int64_t d = 0; d < width; ++d) dot += qh[d] * rows[i][d];
-        p[i] = dot * scale;
-      }
-      softmax(p);
-      float* o = out.f32() + (t * H + h) * kv_lora;
-      std::fill_n(o, kv_lora, 0.0f);
-      for (size_t i = 0; i < js.size(); ++i)
-        for (int64_t d = 0; d < kv_lora; ++d) o[d] += p[i] * rows[i][d];
-    }
+    for (int64_t h = 0; h < H; ++h)
+      attend_head(out.f32() + (t * H + h) * kv_lora, q.f32() + (t * H + h) * width, rows, width,
+                  rows, kv_lora, scale, p);
   }
 }
 
@@ -161,26 +167,20 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
   OSPREY_CHECK(kv_start.back() == k.size(0), "K rows ", k.size(0), " != sum of seq_lens");
   std::vector<int64_t> js;
   std::vector<float> p;
+  std::vector<const float*> keys, values;
   for (int64_t t = 0; t < m.n_tokens; ++t) {
     const int s = seq_of(m, t);
     attended(js, topk_indices, t, pos[t]);
     OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
+    keys.resize(js.size());
+    values.resize(js.size());
     for (int64_t h = 0; h < H; ++h) {
-      const float* qh = q.f32() + (t * H + h) * qk;
-      p.assign(js.size(), 0.0f);
       for (size_t i = 0; i < js.size(); ++i) {
-        const float* kr = k.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * qk;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < qk; ++d) dot += qh[d] * kr[d];
-        p[i] = dot * scale;
+        keys[i] = k.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * qk;
+        values[i] = v.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * vd;
       }
-      softmax(p);
-      float* o = out.f32() + (t * H + h) * vd;
-      std::fill_n(o, vd, 0.0f);
-      for (size_t i = 0; i < js.size(); ++i) {
-        const float* vr = v.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * vd;
-        for (int64_t d = 0; d < vd; ++d) o[d] += p[i] * vr[d];
-      }
+      attend_head(out.f32() + (t * H + h) * vd, q.f32() + (t * H + h) * qk, keys, qk, values, vd,
+                  scale, p);
     }
   }
 }
