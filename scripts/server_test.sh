@@ -3,7 +3,7 @@
 #   scripts/server_test.sh OSPREY_BINARY [serve args...] -- COMMAND [args...]
 # Starts the server on a free port, waits for /health, runs COMMAND with OSPREY_URL set
 # (e.g. http://127.0.0.1:41234), then stops the server. Fails if the server dies during the test
-# (its log is printed).
+# (its log is printed). With OSPREY_SERVER_LOG set, the server's log is kept there.
 set -euo pipefail
 osprey=$1
 shift
@@ -14,7 +14,12 @@ shift
 log=$(mktemp)
 "$osprey" serve --port 0 "${serve_args[@]}" >"$log" 2>&1 &
 pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log"; }
+cleanup() {
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  [[ -z ${OSPREY_SERVER_LOG:-} ]] || cp "$log" "$OSPREY_SERVER_LOG"
+  rm -f "$log"
+}
 trap cleanup EXIT
 url=""
 for _ in $(seq 1 300); do

@@ -11,7 +11,7 @@ seeds only) and splits every digit into its own piece first (a Split pre-tokeniz
 DeepSeek splits \p{N}{1,3}), so numbers are spelled digit by digit: what a small model needs to
 learn column arithmetic. That is the tokenizer of the arithmetic model (models/osprey-arith).
 
-  python3 tools/make_bundled_tokenizer.py --vocab 512 --out models/osprey-tiny
+  python3 tools/make_bundled_tokenizer.py --vocab 512 --out /tmp/tok   # general text corpus
   python3 tools/make_bundled_tokenizer.py --corpus arith --vocab 512 --out models/osprey-arith
 """
 import argparse

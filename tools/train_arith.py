@@ -262,6 +262,25 @@ def set_index_topk(model, k):
         layer.self_attn.indexer.index_topk = k
 
 
+def evaluate_folder(folder, enc, test, max_new_tokens, index_topk):
+    """The shipped folder under transformers' own code (float32, eager, generate): sparse (the
+    config's index_topk) and dense (index_topk above any sequence)."""
+    ref = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                 attn_implementation="eager").cuda().eval()
+    t_eval = time.time()
+    results = {"sparse": evaluate(ref, enc, test, max_new_tokens,
+                                  os.path.join(folder, "hf_failures.jsonl"))}
+    set_index_topk(ref, 1 << 30)
+    results["dense"] = evaluate(ref, enc, test, max_new_tokens,
+                                os.path.join(folder, "hf_failures_dense.jsonl"))
+    set_index_topk(ref, index_topk)
+    for k, r in results.items():
+        print(f"transformers generate ({k}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']}), "
+              f"95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] in {time.time() - t_eval:.0f} s",
+              flush=True)
+    return results
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main():
@@ -284,6 +303,10 @@ def main():
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="a few steps on tiny data, then a small eval")
+    ap.add_argument("--no-eval", action="store_true",
+                    help="save the trained folder and stop (evaluate later with --eval-only)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="no training: evaluate the folder --out with transformers' generate")
     args = ap.parse_args()
     if args.smoke:
         args.minutes, args.n_train, args.eval_limit, args.batch = 0.5, 2000, 40, 32
@@ -296,6 +319,20 @@ def main():
 
     enc = Encoder(os.path.join(args.tokenizer, "tokenizer.json"))
     vocab = enc.tok.get_vocab_size(with_added_tokens=True)
+    if args.eval_only:
+        test = [json.loads(l) for l in open(args.test, encoding="utf-8")]
+        if args.eval_limit:
+            test = test[:args.eval_limit]
+        with open(os.path.join(args.out, "config.json")) as f:
+            index_topk = json.load(f)["index_topk"]
+        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, index_topk)
+        path = os.path.join(args.out, "train_report.json")
+        report = json.load(open(path)) if os.path.exists(path) else {}
+        report["eval"] = results
+        report["eval_command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+        return
     os.makedirs(args.out, exist_ok=True)
     cfg_dict = model_config(vocab, args.index_topk)
     with open(os.path.join(args.out, "config.json"), "w") as f:
@@ -406,19 +443,10 @@ def main():
     del model
     torch.cuda.empty_cache()
 
-    # Evaluate the shipped folder with transformers' own code (float32, eager, generate).
-    ref = DeepseekV32ForCausalLM.from_pretrained(args.out, dtype=torch.float32,
-                                                 attn_implementation="eager").cuda().eval()
+    results = None
     t_eval = time.time()
-    results = {"sparse": evaluate(ref, enc, test, args.max_new_tokens,
-                                  os.path.join(args.out, "hf_failures.jsonl"))}
-    set_index_topk(ref, 1 << 30)
-    results["dense"] = evaluate(ref, enc, test, args.max_new_tokens,
-                                os.path.join(args.out, "hf_failures_dense.jsonl"))
-    set_index_topk(ref, args.index_topk)
-    for k, r in results.items():
-        print(f"transformers generate ({k}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']}), "
-              f"95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]")
+    if not args.no_eval:
+        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, args.index_topk)
     report = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "transformers": transformers.__version__, "torch": torch.__version__,

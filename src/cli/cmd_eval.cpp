@@ -29,10 +29,10 @@ namespace {
 struct Args {
   std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
                                    failures = "arith_failures.jsonl";
-  std::string report, chat_format = "auto", served_model, api_key;
+  std::string report, chat_format = "auto", served_model, api_key, device = "cpu";
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
   int zero_attention_layer = -1;
-  bool indexer_recent = false, dense = false;
+  bool indexer_recent = false, dense = false, bf16_index_keys = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -44,9 +44,11 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   const std::string dir = resolve_model_dir(a.model);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
+  bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
   ModelBundle b = load_model_bundle(dir, bo);
   if (!b.tokenizer) fail("model '", dir, "' has no tokenizer.json: eval needs text in and out");
   const ModelConfig& c = b.model->config();
+  if (a.bf16_index_keys) b.model->set_fp8_index_keys(false);
   ModelAblation ab;
   ab.zero_attention_layer = a.zero_attention_layer;
   ab.indexer_recent = a.indexer_recent;
@@ -59,7 +61,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   if (ab.indexer_recent && ab.dense_attention)
     fail("--indexer-recent and --dense exclude each other");
   b.model->set_ablation(ab);
-  *label = dir;
+  *label = dir + " on " + a.device + (c.quant.fp8 ? " (FP8 weights)" : "");
 
   std::vector<std::vector<int32_t>> prompts;
   size_t longest = 0;
@@ -140,6 +142,12 @@ std::vector<std::string> answer_server(const Args& a, const std::vector<eval::Ar
 
 void run(const Args& a) {
   if (a.task != "arith") fail("unknown task '", a.task, "' (tasks: arith)");
+  if (a.device != "cpu" && a.device != "cuda")
+    fail("--device must be cpu or cuda, got '", a.device, "'");
+  if (!a.server.empty() && (a.device != "cpu" || a.bf16_index_keys))
+    fail("--device and --bf16-index-keys act on the model here: use --model");
+  if (a.bf16_index_keys && a.device != "cuda")
+    fail("--bf16-index-keys applies to --device cuda (the CPU keeps the indexer keys in F32)");
   if (!a.model.empty() && !a.server.empty()) fail("give --model or --server, not both");
   if (a.max_tokens < 1 || a.batch < 1 || a.concurrency < 1)
     fail("--max-tokens, --batch and --concurrency must be at least 1");
@@ -173,6 +181,8 @@ void run(const Args& a) {
                               {"zero_attention_layer", a.zero_attention_layer},
                               {"indexer_recent", a.indexer_recent},
                               {"dense", a.dense},
+                              {"device", a.server.empty() ? a.device : "server"},
+                              {"bf16_index_keys", a.bf16_index_keys},
                               {"seconds", secs}};
     f << j.dump(1) << "\n";
   }
@@ -183,9 +193,11 @@ void register_cmd(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
   sub->add_option("--task", a->task, "the task: arith")->required();
-  sub->add_option(
-      "--model", a->model,
-      "model folder, run here on the CPU (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--model", a->model,
+                  "model folder, run here (default: $OSPREY_MODEL or the bundled model)");
+  sub->add_option("--device", a->device, "cpu | cuda: where --model runs (default cpu)");
+  sub->add_flag("--bf16-index-keys", a->bf16_index_keys,
+                "--device cuda: the indexer key cache in BF16 instead of FP8 (the default)");
   sub->add_option("--server", a->server,
                   "an OpenAI-compatible server's base URL (http://host:port)");
   sub->add_option("--served-model", a->served_model,

@@ -17,7 +17,7 @@ namespace {
 struct Args {
   std::string model, tokens, prompt, system, chat_format = "auto";
   bool raw = false, thinking = false, ignore_eos = false;
-  int max_tokens = 64;
+  int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   int64_t seed = -1;
@@ -105,7 +105,8 @@ void register_cmd(CLI::App& app) {
                   "auto | deepseek-v3 | deepseek-v3.1 | simple");
   sub->add_flag("--raw", args->raw, "encode the prompt as plain text, no chat format");
   sub->add_flag("--thinking", args->thinking, "thinking mode (deepseek-v3.1 format)");
-  sub->add_option("--max-tokens", args->max_tokens, "tokens to generate (default 64)");
+  sub->add_option("--max-tokens", args->max_tokens,
+                  "tokens to generate at most (default 256; EOS stops sooner)");
   sub->add_option("--temperature", args->temperature, "0 = greedy (default)");
   sub->add_option("--top-p", args->top_p, "nucleus sampling");
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");

@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "model/make_model.h"
+#include "model/model_writer.h"
 
 namespace osprey::cli {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 struct Args {
   std::string preset, config, out, dtype = "bf16";
   uint64_t seed = 0;
-  bool fp8 = false, ue8m0 = false;
+  bool fp8 = false, ue8m0 = false, config_only = false;
   int layers = 0;
   double shard_gb = 4.0;
 };
@@ -33,6 +34,16 @@ void run(const Args& a) {
     fail("--dtype must be bf16 or f32, got '", a.dtype, "'");
   o.max_shard_bytes = int64_t(a.shard_gb * double(1ll << 30));
   if (o.max_shard_bytes <= 0) fail("--shard-gb must be positive");
+  if (a.config_only) {
+    ModelWriteOptions wo;
+    wo.fp8 = o.fp8;
+    wo.ue8m0 = o.ue8m0;
+    write_model_config(c, a.out, wo);
+    std::printf("wrote %s/config.json only (%s, %d layers%s): for --load-format dummy\n",
+                a.out.c_str(), c.model_type_name.c_str(), c.num_hidden_layers,
+                o.fp8 ? ", fp8" : "");
+    return;
+  }
   make_model(c, a.out, o);
   std::printf("wrote %s (%s, %d layers%s)\n", a.out.c_str(), c.model_type_name.c_str(),
               c.num_hidden_layers, o.fp8 ? (o.ue8m0 ? ", fp8 ue8m0" : ", fp8") : "");
@@ -51,6 +62,8 @@ void register_cmd(CLI::App& app) {
   sub->add_flag("--ue8m0", args->ue8m0, "FP8 with power-of-two (ue8m0) scales");
   sub->add_option("--layers", args->layers, "override num_hidden_layers");
   sub->add_option("--shard-gb", args->shard_gb, "largest shard size in GiB");
+  sub->add_flag("--config-only", args->config_only,
+                "write config.json alone (serve/bench it with --load-format dummy)");
   sub->callback([args] { run(*args); });
 }
 

@@ -1,5 +1,5 @@
 // Where the CLI finds models: --model DIR, else $OSPREY_MODEL, else the bundled model in the
-// source tree (models/osprey-tiny).
+// source tree (models/osprey-arith).
 #pragma once
 
 #include <string>

@@ -1,7 +1,7 @@
 // osprey eval: GSM8K flexible-extract on crafted outputs (the values Python's re.findall gives
 // for lm-eval's regex), the Wilson interval on known values, scoring and the failures file, and
-// `osprey eval --task arith` end to end on the bundled random model (pipeline, counts and the
-// file; its accuracy is ~0 and is not asserted).
+// `osprey eval --task arith` end to end on the bundled trained model (pipeline, counts, the file,
+// at least 18 of 20 right, and a negative control far below).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -118,19 +118,20 @@ TEST(ArithTask, BadFileSaysWhere) {
   fs::remove(path);
 }
 
-// The whole command on the bundled random model: 20 problems, counts, report and failures file.
+// The whole command on the bundled trained model: 20 problems, counts, report and failures file;
+// the model answers them (the gate at CI scale), and a negative control scores clearly lower.
 TEST(EvalCommand, EndToEndOnTheBundledModel) {
   const std::string failures = tmp_path("e2e_failures.jsonl"), report = tmp_path("e2e.json");
   fs::remove(failures);
   fs::remove(report);
   const std::string cmd = std::string(OSPREY_BINARY) +
-                          " eval --task arith --limit 20 --max-tokens 24 --failures " + failures +
+                          " eval --task arith --limit 20 --max-tokens 128 --failures " + failures +
                           " --report " + report + " > " + tmp_path("e2e.out") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto r = nlohmann::json::parse(std::ifstream(report));
   EXPECT_EQ(r["n"], 20);
   const int64_t correct = r["correct"];
-  EXPECT_GE(correct, 0);
+  EXPECT_GE(correct, 18);  // 1,000 problems: 998 right on the CPU (bench/RESULTS.md)
   EXPECT_EQ(int64_t(lines_of(failures).size()), 20 - correct);
   for (const auto& l : lines_of(failures)) {
     const auto j = nlohmann::json::parse(l);
@@ -143,7 +144,7 @@ TEST(EvalCommand, EndToEndOnTheBundledModel) {
   // The same run is deterministic (greedy): the failures file is identical.
   const std::string again = tmp_path("e2e_failures2.jsonl");
   const std::string cmd2 = std::string(OSPREY_BINARY) +
-                           " eval --task arith --limit 20 --max-tokens 24 --failures " + again +
+                           " eval --task arith --limit 20 --max-tokens 128 --failures " + again +
                            " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd2.c_str()), 0);
   EXPECT_EQ(lines_of(again), lines_of(failures));
@@ -151,10 +152,10 @@ TEST(EvalCommand, EndToEndOnTheBundledModel) {
   const std::string zeroed = tmp_path("e2e_failures3.jsonl");
   const std::string cmd3 =
       std::string(OSPREY_BINARY) +
-      " eval --task arith --limit 20 --max-tokens 24 --zero-attention-layer 1 --failures " +
+      " eval --task arith --limit 20 --max-tokens 128 --zero-attention-layer 1 --failures " +
       zeroed + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd3.c_str()), 0);
-  EXPECT_NE(lines_of(zeroed), lines_of(failures));
+  EXPECT_GE(int64_t(lines_of(zeroed).size()), 15);  // at most 5 of 20 right without layer 1
   // User errors fail with a message, not a crash.
   EXPECT_NE(
       std::system((std::string(OSPREY_BINARY) + " eval --task nope > /dev/null 2>&1").c_str()), 0);
