@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/model_paths.h"
 #include "core/error.h"
+#include "engine/memory_profile.h"
 #include "engine/tokenizer_decoder.h"
 #include "server/openai_server.h"
 
@@ -59,12 +60,22 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
 #ifdef OSPREY_WITH_CUDA
   if (cuda && !kv_given) {
-    // The KV cache takes this fraction of the memory left after the weights; the rest is for the
-    // step workspace and the ops' scratch.
+    // The KV cache takes this fraction of the memory left after the weights and after a profile
+    // step at the largest batch has grown the step workspace and the ops' scratch to their peak.
     size_t free_b = 0, total_b = 0;
     ops::cuda::memory_info(&free_b, &total_b);
+    const size_t free_weights = free_b;
+    const int len =
+        a.max_model_len > 0 ? a.max_model_len : int(bundle.model->config().max_position_embeddings);
+    const StepProfile prof =
+        profile_step_memory(*bundle.model, a.max_num_batched_tokens, len, a.max_num_seqs);
+    ops::cuda::memory_info(&free_b, &total_b);
     ec.kv_cache_bytes = int64_t(a.gpu_memory_utilization * double(free_b));
-    std::fprintf(stderr, "osprey: KV cache %.2f GiB (%.2f of %.2f GiB free after the weights)\n",
+    std::fprintf(stderr,
+                 "osprey: profile step (%lld tokens at context %lld, %.2f s) took %.2f GiB; KV "
+                 "cache %.2f GiB (%.2f of %.2f GiB free after the weights and the step)\n",
+                 (long long)prof.tokens, (long long)prof.context, prof.seconds,
+                 double(free_weights - free_b) / double(1ll << 30),
                  double(ec.kv_cache_bytes) / double(1ll << 30), a.gpu_memory_utilization,
                  double(free_b) / double(1ll << 30));
   }
@@ -100,9 +111,9 @@ void run(const Args& a, bool kv_given, bool util_given) {
   const EngineStats st = engine.stats();
   std::fprintf(
       stderr,
-      "osprey serve: %s as '%s' on http://%s:%d (cpu, max_model_len %d, %lld KV blocks of %d "
+      "osprey serve: %s as '%s' on http://%s:%d (%s, max_model_len %d, %lld KV blocks of %d "
       "tokens, max_num_seqs %d, %s)\n",
-      dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(),
+      dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(), a.device.c_str(),
       engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize, a.max_num_seqs,
       bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data()
                        : "no tokenizer");
