@@ -1,4 +1,9 @@
+// Router parameters from the config, and the host reference of the grouped experts' routing
+// permutation and tile schedule (ops/moe_schedule.h).
 #include "ops/moe.h"
+
+#include "core/error.h"
+#include "ops/moe_schedule.h"
 
 namespace osprey {
 
@@ -13,6 +18,38 @@ RouterParams RouterParams::from_config(const ModelConfig& c) {
   p.norm_topk_prob = c.norm_topk_prob;
   p.routed_scaling_factor = float(c.routed_scaling_factor);
   return p;
+}
+
+MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_experts) {
+  OSPREY_CHECK(n_experts > 0 && rows >= 0 && rows < (int64_t(1) << 31), "moe schedule: ", rows,
+               " rows, ", n_experts, " experts");
+  const size_t E = size_t(n_experts);
+  MoeSchedule s;
+  s.offsets.assign(E + 1, 0);
+  s.tile_start.assign(E + 1, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    OSPREY_CHECK(ids[i] >= 0 && ids[i] < n_experts, "expert id ", ids[i], " of ", n_experts);
+    ++s.offsets[size_t(ids[i]) + 1];
+  }
+  for (size_t e = 0; e < E; ++e) {
+    const int32_t count = s.offsets[e + 1];
+    s.offsets[e + 1] += s.offsets[e];
+    s.tile_start[e + 1] = s.tile_start[e] + (count + kMoeTileRows - 1) / kMoeTileRows;
+  }
+  // Stable counting sort: i ascending lands at its expert's next free row.
+  std::vector<int32_t> next(s.offsets.begin(), s.offsets.end() - 1);  // [E]
+  s.perm.resize(size_t(rows));
+  s.inv.resize(size_t(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t r = next[size_t(ids[i])]++;
+    s.perm[size_t(r)] = int32_t(i);
+    s.inv[size_t(i)] = r;
+  }
+  s.tiles.resize(size_t(moe_max_tiles(rows, n_experts)));
+  OSPREY_CHECK(int64_t(s.tile_start[E]) <= int64_t(s.tiles.size()), "moe tile bound");
+  for (size_t j = 0; j < s.tiles.size(); ++j)
+    s.tiles[j] = moe_tile_at(int(j), s.tile_start.data(), s.offsets.data(), n_experts);
+  return s;
 }
 
 }  // namespace osprey

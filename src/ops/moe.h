@@ -13,6 +13,8 @@
 // topk_ids [n_tokens, k] I32, topk_weights [n_tokens, k] F32.
 //
 // Experts: out[t] = Σ_i topk_weights[t, i] · down_i(silu(gate_i(x[t])) ⊙ up_i(x[t])).
+// The CUDA twin runs every expert at once as grouped GEMMs over the routed pairs sorted by expert
+// (ops/moe_schedule.h), in a fixed number of launches and without host synchronisation.
 #pragma once
 
 #include <vector>

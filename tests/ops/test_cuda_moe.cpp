@@ -1,12 +1,21 @@
 // CUDA MoE twins against the CPU twins: DeepSeek-V3.2 routing (256 experts, top-8, 8 groups, top-4
 // groups, sigmoid + correction bias, noaux_tc, renormalised, × 2.5) and the V2-style variants; the
-// experts (hidden 7168, expert FFN 2048, FP8 e4m3 with 128×128 block scales).
+// grouped experts' routing permutation and tile schedule (exactly the host reference); the grouped
+// experts with BF16 and FP8 (e4m3, 128×128 block scales) weights at V3.2's widths (hidden 7168,
+// expert FFN 2048; 16 distinct experts, top-8, 1, 64 and 4,999 tokens, uniform and skewed
+// routing), 256 experts routed by V3.2's router at smaller widths, and widths that are not
+// multiples of 128 (V2-Lite's 1408, the test models' 32); and that moe_experts never waits for the
+// device (no host copy of the routing, no re-upload of the expert table).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "cuda_test_util.h"
 #include "ops/moe.h"
+#include "ops/moe_schedule.h"
 
 namespace osprey {
 namespace {
@@ -51,65 +60,313 @@ TEST(CudaOps, MoeRoute) {
   route_case(lite, DType::BF16, "moe_route V2-Lite greedy softmax");
 }
 
-void experts_case(bool block_scaled) {
-  ops::cuda::set_fp8_block_scaled(block_scaled);
-  const int64_t n = 5, D = 7168, I = 2048, E = 256, K = 8, n_sets = 6;
-  // n_sets distinct expert weight sets; expert e uses set e % n_sets (keeps host memory modest).
-  std::vector<Buffer> host_w;
-  std::vector<DeviceBuffer> dev_w;
-  std::vector<MlpWeights> hs(n_sets), ds(n_sets);
-  auto fp8 = [&](int64_t out, int64_t in, LinearWeight& h, LinearWeight& d) {
-    Buffer w(DType::F8_E4M3, {out, in});
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (int64_t i = 0; i < out * in; ++i) {
-      int v;
-      do v = byte(rng());
-      while ((v & 0x7f) == 0x7f);
-      w.ptr<uint8_t>()[i] = uint8_t(v);
-    }
-    Buffer sc = rand_f32({(out + 127) / 128, (in + 127) / 128}, 0.5e-3f, 2e-3f);
-    dev_w.push_back(cuda::to_device(w));
-    dev_w.push_back(cuda::to_device(sc));
-    h = LinearWeight{w, sc};
-    d = LinearWeight{dev_w[dev_w.size() - 2], dev_w.back()};
-    host_w.push_back(std::move(w));
-    host_w.push_back(std::move(sc));
-  };
-  dev_w.reserve(size_t(n_sets) * 6);
-  for (int64_t i = 0; i < n_sets; ++i) {
-    fp8(I, D, hs[size_t(i)].gate, ds[size_t(i)].gate);
-    fp8(I, D, hs[size_t(i)].up, ds[size_t(i)].up);
-    fp8(D, I, hs[size_t(i)].down, ds[size_t(i)].down);
-  }
-  std::vector<MlpWeights> h_experts, d_experts;
-  for (int64_t e = 0; e < E; ++e) {
-    h_experts.push_back(hs[size_t(e % n_sets)]);
-    d_experts.push_back(ds[size_t(e % n_sets)]);
-  }
-  Buffer x = rand_f32({n, D}), ids(DType::I32, {n, K}), w = rand_f32({n, K}, 0.1f, 0.5f);
+// ---- routing permutation and tile schedule ----------------------------------------------------
+
+// K distinct experts per token from `pool`; with `hot` ≥ 0, slot 0 is `hot` for every token.
+Buffer route_ids(int64_t n, int64_t K, std::vector<int32_t> pool, int32_t hot = -1) {
+  Buffer ids(DType::I32, {n, K});
   for (int64_t t = 0; t < n; ++t) {
-    std::vector<int32_t> all(E);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng());
-    for (int64_t i = 0; i < K; ++i) ids.ptr<int32_t>()[t * K + i] = all[size_t(i)];
+    std::shuffle(pool.begin(), pool.end(), rng());
+    int32_t* row = ids.ptr<int32_t>() + t * K;
+    int64_t i = 0;
+    if (hot >= 0) row[i++] = hot;
+    for (size_t j = 0; i < K; ++j) {
+      OSPREY_CHECK(j < pool.size(), "route_ids: ", pool.size(), " experts cannot fill top-", K);
+      if (pool[j] != hot) row[i++] = pool[j];
+    }
   }
-  Buffer ref(DType::F32, {n, D});
-  ops::moe_experts(ref, x, ids, w, h_experts);
-  DeviceBuffer dx = upload(x, DType::BF16), d_ids = cuda::to_device(ids), dw = upload(w);
-  DeviceBuffer out = poisoned(DType::F32, {n, D});
-  ops::moe_experts(out, dx, d_ids, dw, d_experts);
-  std::printf("FP8PATH moe_experts %s\n", ops::cuda::last_fp8_gemm_path());
-  // Block-scaled: e4m3 activations into gate/up and down; fallback: BF16 activations.
-  expect_close(std::string("moe_experts fp8 256x[2048x7168] top-8 ") +
-                   (block_scaled ? "lt-blockscaled" : "dequant-bf16"),
-               download(out), ref, block_scaled ? 8e-2 : 1.5e-2);
-  ops::cuda::set_fp8_block_scaled(true);
+  return ids;
 }
 
-TEST(CudaOps, MoeExpertsFp8) {
+std::vector<int32_t> expert_range(int32_t begin, int32_t end) {
+  std::vector<int32_t> v(size_t(end - begin));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+void permute_case(const Buffer& ids, int E, const char* what) {
+  const int64_t rows = ids.numel(), max_tiles = moe_max_tiles(rows, E);
+  const MoeSchedule ref = moe_schedule_reference(ids.ptr<int32_t>(), rows, E);
+  DeviceBuffer d_ids = cuda::to_device(ids);
+  DeviceBuffer perm = poisoned(DType::I32, {rows}), inv = poisoned(DType::I32, {rows});
+  DeviceBuffer offsets = poisoned(DType::I32, {E + 1});
+  DeviceBuffer tiles = poisoned(DType::I32, {max_tiles, 4});
+  ops::cuda::moe_permute(perm, inv, offsets, tiles, d_ids, E);
+  cuda::synchronize();
+  Buffer g_perm = cuda::to_host(perm), g_inv = cuda::to_host(inv);
+  Buffer g_off = cuda::to_host(offsets), g_tiles = cuda::to_host(tiles);
+  int64_t perm_diff = 0, inv_diff = 0, off_diff = 0, tile_diff = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    perm_diff += g_perm.ptr<int32_t>()[r] != ref.perm[size_t(r)];
+    inv_diff += g_inv.ptr<int32_t>()[r] != ref.inv[size_t(r)];
+  }
+  for (int e = 0; e <= E; ++e) off_diff += g_off.ptr<int32_t>()[e] != ref.offsets[size_t(e)];
+  for (int64_t j = 0; j < max_tiles; ++j) {
+    const int32_t* t = g_tiles.ptr<int32_t>() + 4 * j;
+    const MoeTile& want = ref.tiles[size_t(j)];
+    // The padding word is not part of the contract; row0/row1 only for real tiles.
+    tile_diff +=
+        t[0] != want.expert || (want.expert >= 0 && (t[1] != want.row0 || t[2] != want.row1));
+  }
+  std::printf(
+      "PERMUTE %-48s rows %6lld tiles %4d/%4lld  differing: perm %lld inv %lld "
+      "offsets %lld tiles %lld\n",
+      what, static_cast<long long>(rows), ref.tile_start[size_t(E)],
+      static_cast<long long>(max_tiles), static_cast<long long>(perm_diff),
+      static_cast<long long>(inv_diff), static_cast<long long>(off_diff),
+      static_cast<long long>(tile_diff));
+  EXPECT_EQ(perm_diff, 0) << what;
+  EXPECT_EQ(inv_diff, 0) << what;
+  EXPECT_EQ(off_diff, 0) << what;
+  EXPECT_EQ(tile_diff, 0) << what;
+}
+
+TEST(CudaOps, MoePermuteMatchesHostReference) {
   OSPREY_REQUIRE_GPU();
-  experts_case(true);
-  experts_case(false);
+  const std::vector<int32_t> all256 = expert_range(0, 256);
+  permute_case(route_ids(1, 8, all256), 256, "256 experts top-8, 1 token");
+  permute_case(route_ids(64, 8, all256), 256, "256 experts top-8, 64 tokens");
+  permute_case(route_ids(4999, 8, all256), 256, "256 experts top-8, 4999 tokens");
+  // Expert 3 in every token (4999 rows, 79 tiles); experts 0..2 and 200..255 idle.
+  permute_case(route_ids(4999, 8, expert_range(4, 200), 3), 256, "256 experts, one hot, 59 idle");
+  permute_case(route_ids(3000, 8, expert_range(0, 16)), 16, "16 experts top-8, 3000 tokens");
+  permute_case(route_ids(700, 1, expert_range(0, 1)), 1, "1 expert, 700 rows");
+  permute_case(route_ids(200, 6, expert_range(0, 1024)), 1024, "1024 experts top-6, 200 tokens");
+}
+
+// ---- grouped experts -------------------------------------------------------------------------
+
+// A fast generator for the big weight tensors (16 real-width experts hold 704 M values).
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// E experts' weights, BF16 or F8_E4M3 + F32 scales, on the host (the CPU oracle reads them as they
+// are) and the same bytes on the device.
+struct ExpertSet {
+  std::vector<Buffer> host_owned;
+  std::vector<DeviceBuffer> dev_owned;
+  std::vector<MlpWeights> host, dev;
+  DType dtype = DType::BF16;
+
+  ExpertSet(int64_t E, int64_t D, int64_t I, DType dt) : dtype(dt) {
+    SplitMix g{rng()()};
+    host_owned.reserve(size_t(E) * 6);
+    dev_owned.reserve(size_t(E) * 6);
+    for (int64_t e = 0; e < E; ++e) {
+      MlpWeights h, d;
+      add(h.gate, d.gate, I, D, g);
+      add(h.up, d.up, I, D, g);
+      add(h.down, d.down, D, I, g);
+      host.push_back(h);
+      dev.push_back(d);
+    }
+  }
+
+  void add(LinearWeight& h, LinearWeight& d, int64_t out, int64_t in, SplitMix& g) {
+    Buffer w(dtype, {out, in});
+    const int64_t count = out * in;
+    if (dtype == DType::F8_E4M3) {
+      uint8_t* p = w.ptr<uint8_t>();
+      for (int64_t i = 0; i < count; i += 8) {
+        const uint64_t r = g.next();
+        for (int64_t b = 0; b < 8 && i + b < count; ++b) {
+          const uint8_t v = uint8_t(r >> (8 * b));
+          p[i + b] = (v & 0x7f) == 0x7f ? uint8_t(v - 1) : v;  // no NaN (0x7f, 0xff)
+        }
+      }
+    } else {
+      const float a = std::sqrt(3.0f / float(in));  // unit output variance for unit inputs
+      uint16_t* p = w.ptr<uint16_t>();
+      for (int64_t i = 0; i < count; i += 4) {
+        const uint64_t r = g.next();
+        for (int64_t b = 0; b < 4 && i + b < count; ++b)
+          p[i + b] = f32_to_bf16((float((r >> (16 * b)) & 0xffff) / 32768.0f - 1.0f) * a);
+      }
+    }
+    dev_owned.push_back(cuda::to_device(w));
+    h.weight = w;
+    d.weight = dev_owned.back();
+    host_owned.push_back(std::move(w));
+    if (dtype == DType::F8_E4M3) {
+      // Random e4m3 bytes reach ±448 (rms ≈ 100): scales near 1/(100·√in) keep outputs near 1.
+      const float base = 0.01f / std::sqrt(float(in));
+      Buffer sc = rand_f32({(out + 127) / 128, (in + 127) / 128}, 0.5f * base, 1.5f * base);
+      dev_owned.push_back(cuda::to_device(sc));
+      h.scale_inv = sc;
+      d.scale_inv = dev_owned.back();
+      host_owned.push_back(std::move(sc));
+    }
+  }
+};
+
+// Rows `tokens` of a host tensor [n, ...] (the CPU oracle on a sample of a long prefill: each
+// token's output depends on its own row only).
+Buffer take_rows(const Buffer& b, const std::vector<int64_t>& tokens) {
+  Shape s = b.shape();
+  const int64_t width = b.numel() / s[0];
+  s[0] = int64_t(tokens.size());
+  Buffer out(b.dtype(), s);
+  const size_t bytes = size_t(width) * dtype_size(b.dtype());
+  for (size_t i = 0; i < tokens.size(); ++i)
+    std::memcpy(static_cast<char*>(out.view().data) + i * bytes,
+                static_cast<const char*>(b.view().data) + size_t(tokens[i]) * bytes, bytes);
+  return out;
+}
+
+struct ExpertsCase {
+  int64_t n;                        // tokens
+  int64_t K;                        // experts per token
+  DType x_type, out_type;           // activations in and out
+  int32_t hot = -1;                 // an expert in every token's first slot (−1: none)
+  std::vector<int32_t> pool = {};   // the experts the others are drawn from (empty: all)
+  const Buffer* ids = nullptr;      // given routing [n, K] (else drawn)
+  int64_t max_oracle_tokens = 256;  // the CPU oracle runs on at most this many tokens (spread)
+};
+
+// Runs one case against the CPU twin; tol is the relative L2 error allowed.
+void experts_case(const ExpertSet& set, const ExpertsCase& c, double tol, const std::string& what) {
+  const int64_t E = int64_t(set.dev.size()), D = set.dev[0].gate.in(), n = c.n, K = c.K;
+  Buffer x = rand_f32({n, D});
+  round_bf16(x);  // the BF16 upload is exact; with F32, the kernel's own BF16 rounding is exact too
+  Buffer w = rand_f32({n, K}, 0.1f, 0.5f);
+  Buffer drawn;
+  if (!c.ids) drawn = route_ids(n, K, c.pool.empty() ? expert_range(0, int32_t(E)) : c.pool, c.hot);
+  const Buffer& ids = c.ids ? *c.ids : drawn;
+  DeviceBuffer dx = upload(x, c.x_type), d_ids = cuda::to_device(ids), dw = upload(w);
+  DeviceBuffer out = poisoned(c.out_type, {n, D});
+  ops::moe_experts(out, dx, d_ids, dw, set.dev);
+  Buffer got = download(out);
+  int64_t non_finite = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) non_finite += !std::isfinite(got.f32()[i]);
+  EXPECT_EQ(non_finite, 0) << what << ": outputs left unwritten (poison) or broken";
+  // The oracle's tokens: all, or an even spread including the first and the last.
+  std::vector<int64_t> tokens;
+  const int64_t m = std::min(n, c.max_oracle_tokens);
+  for (int64_t i = 0; i < m; ++i) tokens.push_back(m == 1 ? 0 : i * (n - 1) / (m - 1));
+  Buffer xs = take_rows(x, tokens), ids_s = take_rows(ids, tokens), ws = take_rows(w, tokens);
+  Buffer ref(DType::F32, {m, D});
+  ops::moe_experts(ref, xs, ids_s, ws, set.host);
+  expect_close(what, take_rows(got, tokens), ref, tol);
+}
+
+std::string label(const char* weights, int64_t E, int64_t D, int64_t I, const ExpertsCase& c,
+                  const char* routing) {
+  return std::string("moe_experts ") + weights + " E" + std::to_string(E) + " [" +
+         std::to_string(I) + "x" + std::to_string(D) + "] n=" + std::to_string(c.n) + " " +
+         routing + " x " + std::string(dtype_name(c.x_type)) + " out " +
+         std::string(dtype_name(c.out_type));
+}
+
+// Tolerances (relative L2 against the F32 CPU oracle on the same weights and BF16-exact inputs):
+// the kernels round the intermediate h to BF16 (and, for FP8, each dequantised weight to BF16:
+// bf16(e4m3 · scale)), each rounding ≈ 1.1e-3 rms relative; BF16 outputs add one more.
+constexpr double kTolBf16 = 5e-3;
+constexpr double kTolFp8 = 1e-2;
+
+void real_width_cases(DType dt) {
+  const int64_t E = 16, D = 7168, I = 2048, K = 8;
+  const ExpertSet set(E, D, I, dt);
+  const char* wname = dt == DType::F8_E4M3 ? "fp8" : "bf16";
+  const double tol = dt == DType::F8_E4M3 ? kTolFp8 : kTolBf16;
+  // Skewed: expert 3 in every token; experts 0, 1, 2 and 15 never chosen.
+  const std::vector<int32_t> skew_pool = expert_range(4, 15);
+  // The prefill is checked on 96 of its tokens (the CPU oracle's cost), all of them for poison.
+  const std::vector<ExpertsCase> cases = {
+      {1, K, DType::BF16, DType::F32},
+      {64, K, DType::BF16, DType::F32},
+      {64, K, DType::F32, DType::BF16},
+      {64, K, DType::BF16, DType::F32, 3, skew_pool},
+      {4999, K, DType::BF16, DType::F32, 3, skew_pool, nullptr, 96},
+  };
+  for (const ExpertsCase& c : cases)
+    experts_case(set, c, tol, label(wname, E, D, I, c, c.hot >= 0 ? "skewed" : "uniform"));
+}
+
+TEST(CudaOps, MoeExpertsBf16RealWidths) {
+  OSPREY_REQUIRE_GPU();
+  real_width_cases(DType::BF16);
+}
+
+TEST(CudaOps, MoeExpertsFp8RealWidths) {
+  OSPREY_REQUIRE_GPU();
+  real_width_cases(DType::F8_E4M3);
+}
+
+TEST(CudaOps, MoeExperts256ExpertsV32Router) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t E = 256, D = 1024, I = 256, K = 8;
+  const RouterParams v3{256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f};
+  for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+    const ExpertSet set(E, D, I, dt);
+    for (int64_t n : {1, 64, 600}) {
+      Buffer logits = rand_f32({n, E}, -4, 4), bias = rand_f32({E}, -0.1f, 0.1f);
+      Buffer ids(DType::I32, {n, K}), wts(DType::F32, {n, K});
+      ops::moe_route(ids, wts, logits, bias, v3);
+      const ExpertsCase c{n, K, DType::BF16, DType::F32, -1, {}, &ids};
+      experts_case(set, c, dt == DType::F8_E4M3 ? kTolFp8 : kTolBf16,
+                   label(dt == DType::F8_E4M3 ? "fp8" : "bf16", E, D, I, c, "v3.2-router"));
+    }
+  }
+}
+
+TEST(CudaOps, MoeExpertsWidthsNotMultiplesOf128) {
+  OSPREY_REQUIRE_GPU();
+  struct Shape3 {
+    int64_t E, D, I, K;
+  };
+  // V2-Lite's expert widths (I = 1408 = 11·128: the last 128-column block of gate/up is half
+  // empty); the test models' (I = 32: one partial tile and a reduction shorter than one slice);
+  // and D, I multiples of 16 but not of 128 (partial FP8 scale blocks in both directions).
+  for (const Shape3 s : {Shape3{8, 2048, 1408, 6}, Shape3{16, 256, 32, 4}, Shape3{8, 400, 144, 3}})
+    for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+      const ExpertSet set(s.E, s.D, s.I, dt);
+      for (int64_t n : {1, 37, 300}) {
+        const ExpertsCase c{n, s.K, DType::BF16, DType::F32};
+        experts_case(set, c, dt == DType::F8_E4M3 ? kTolFp8 : kTolBf16,
+                     label(dt == DType::F8_E4M3 ? "fp8" : "bf16", s.E, s.D, s.I, c, "uniform"));
+      }
+    }
+}
+
+void sleep_on_stream(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+// No host synchronisation: with the stream held by a 500 ms host function, moe_experts (after a
+// first call that sized the scratch and uploaded the expert table) must return at once. A device →
+// host copy of the routing, or a re-upload of the table, would wait for the stream.
+TEST(CudaOps, MoeExpertsDoNotWaitForTheDevice) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t E = 32, D = 512, I = 128, K = 8, n = 64;
+  const ExpertSet set(E, D, I, DType::F8_E4M3);
+  Buffer x = rand_f32({n, D}), w = rand_f32({n, K}, 0.1f, 0.5f);
+  round_bf16(x);
+  Buffer ids = route_ids(n, K, expert_range(0, int32_t(E)));
+  DeviceBuffer dx = upload(x, DType::BF16), d_ids = cuda::to_device(ids), dw = upload(w);
+  DeviceBuffer out = poisoned(DType::F32, {n, D});
+  ops::moe_experts(out, dx, d_ids, dw, set.dev);  // warm: scratch sized, table uploaded
+  cuda::synchronize();
+  cuda::fill_bytes(out, 0xff);
+  cuda::synchronize();
+  static int hold_ms = 500;
+  ASSERT_EQ(cudaLaunchHostFunc(nullptr, sleep_on_stream, &hold_ms), cudaSuccess);
+  const auto t0 = std::chrono::steady_clock::now();
+  ops::moe_experts(out, dx, d_ids, dw, set.dev);
+  const double host_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("NOSYNC moe_experts returned after %.2f ms with the stream held for %d ms\n", host_ms,
+              hold_ms);
+  EXPECT_LT(host_ms, 250.0) << "moe_experts waited for the device";
+  Buffer ref(DType::F32, {n, D});
+  ops::moe_experts(ref, x, ids, w, set.host);
+  expect_close("moe_experts fp8 after the held stream", download(out), ref, kTolFp8);
 }
 
 }  // namespace

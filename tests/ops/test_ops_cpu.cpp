@@ -1,10 +1,12 @@
 // CPU-only unit tests of op contracts that the twin tests take for granted: the indexer's tie rule
-// and padding, the router's group restriction, and the two rope layouts being one rotation.
+// and padding, the router's group restriction, the grouped experts' routing permutation and tile
+// schedule, and the two rope layouts being one rotation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "core/tensor.h"
 #include "ops/indexer.h"
 #include "ops/moe.h"
+#include "ops/moe_schedule.h"
 #include "ops/rope.h"
 #include "ops/tensor_ops.h"
 
@@ -100,8 +103,8 @@ TEST(OpsCpu, IndexerFp8CacheLayoutAndRoundTrip) {
 }
 
 // CPU FP8 top-k against CPU F32 top-k on random data: the sets agree except for positions whose
-// exact F32 score lies within 2·δ of the F32 k-th score, δ = max_j Σ_h |w_h|·scale·|q_h·(k_j − k̂_j)|
-// (the largest score change quantization can make; relu is 1-Lipschitz).
+// exact F32 score lies within 2·δ of the F32 k-th score, δ = max_j Σ_h |w_h|·scale·|q_h·(k_j −
+// k̂_j)| (the largest score change quantization can make; relu is 1-Lipschitz).
 TEST(OpsCpu, IndexerFp8TopkMatchesF32UpToQuantization) {
   const int64_t IH = 8, ID = 128, BS = 64, L = 400, topk = 64;
   const int64_t n_blocks = (L + BS - 1) / BS + 1;
@@ -188,10 +191,11 @@ TEST(OpsCpu, IndexerFp8TopkMatchesF32UpToQuantization) {
               << "token " << t << " position " << j << " differs beyond the quantization bound";
         }
   }
-  std::printf("FP8 vs F32 indexer top-%lld (L=%lld): %lld tokens differ, %lld positions swapped "
-              "(worst |I - kth| = %.2f of the 2*delta bound)\n",
-              static_cast<long long>(topk), static_cast<long long>(L),
-              static_cast<long long>(tokens_differing), static_cast<long long>(mismatched), worst);
+  std::printf(
+      "FP8 vs F32 indexer top-%lld (L=%lld): %lld tokens differ, %lld positions swapped "
+      "(worst |I - kth| = %.2f of the 2*delta bound)\n",
+      static_cast<long long>(topk), static_cast<long long>(L),
+      static_cast<long long>(tokens_differing), static_cast<long long>(mismatched), worst);
 }
 
 TEST(OpsCpu, MoeRouteNoauxTcKeepsOnlyTheBestGroups) {
@@ -208,6 +212,96 @@ TEST(OpsCpu, MoeRouteNoauxTcKeepsOnlyTheBestGroups) {
   EXPECT_EQ(ids.ptr<int32_t>()[1], 3);
   EXPECT_NEAR(w.f32()[0], 1.0f, 1e-6f);  // equal scores, renormalised, × 2
   EXPECT_NEAR(w.f32()[1], 1.0f, 1e-6f);
+}
+
+// Checks the properties moe_schedule.h promises, computed here without the reference's code.
+void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what) {
+  SCOPED_TRACE(what);
+  const int64_t rows = int64_t(ids.size());
+  const MoeSchedule s = moe_schedule_reference(ids.data(), rows, E);
+  std::vector<int64_t> count(size_t(E), 0);
+  for (int32_t e : ids) ++count[size_t(e)];
+  ASSERT_EQ(s.offsets.size(), size_t(E) + 1);
+  EXPECT_EQ(s.offsets[0], 0);
+  EXPECT_EQ(s.offsets[size_t(E)], rows);
+  int64_t real_tiles = 0;
+  for (int e = 0; e < E; ++e) {
+    EXPECT_EQ(s.offsets[size_t(e) + 1] - s.offsets[size_t(e)], count[size_t(e)]) << "expert " << e;
+    EXPECT_EQ(s.tile_start[size_t(e)], real_tiles) << "expert " << e;
+    real_tiles += (count[size_t(e)] + kMoeTileRows - 1) / kMoeTileRows;
+  }
+  // perm: a permutation, sorted by expert, ascending i within an expert; inv its inverse.
+  ASSERT_EQ(s.perm.size(), size_t(rows));
+  ASSERT_EQ(s.inv.size(), size_t(rows));
+  std::vector<int> seen(size_t(rows), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t i = s.perm[size_t(r)];
+    ASSERT_TRUE(i >= 0 && i < rows);
+    ++seen[size_t(i)];
+    EXPECT_EQ(s.inv[size_t(i)], r);
+    if (r > 0) {
+      const int32_t p = s.perm[size_t(r) - 1];
+      EXPECT_TRUE(ids[size_t(p)] < ids[size_t(i)] || (ids[size_t(p)] == ids[size_t(i)] && p < i))
+          << "rows " << r - 1 << ", " << r << " out of order";
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "pair " << i;
+  // Tiles: the real ones first, in (expert, row) order, each within one expert and at most BM
+  // rows, covering every sorted row once; then expert −1 up to the host's bound.
+  ASSERT_EQ(int64_t(s.tiles.size()),
+            (rows + kMoeTileRows - 1) / kMoeTileRows + std::min<int64_t>(E, rows));
+  EXPECT_LE(real_tiles, int64_t(s.tiles.size()));
+  std::vector<int> covered(size_t(rows), 0);
+  for (size_t j = 0; j < s.tiles.size(); ++j) {
+    const MoeTile& t = s.tiles[j];
+    if (int64_t(j) >= real_tiles) {
+      EXPECT_EQ(t.expert, -1) << "tile " << j;
+      continue;
+    }
+    ASSERT_TRUE(t.expert >= 0 && t.expert < E) << "tile " << j;
+    EXPECT_GE(t.row0, s.offsets[size_t(t.expert)]);
+    EXPECT_LE(t.row1, s.offsets[size_t(t.expert) + 1]);
+    EXPECT_TRUE(t.row1 > t.row0 && t.row1 - t.row0 <= kMoeTileRows) << "tile " << j;
+    if (j > 0) {
+      EXPECT_LE(s.tiles[j - 1].expert, t.expert);
+      if (s.tiles[j - 1].expert == t.expert) {
+        EXPECT_EQ(s.tiles[j - 1].row1, t.row0);
+      }
+    }
+    for (int32_t r = t.row0; r < t.row1; ++r) ++covered[size_t(r)];
+  }
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(covered[size_t(r)], 1) << "row " << r;
+}
+
+TEST(OpsCpu, MoeSchedulePermutationAndTiles) {
+  std::mt19937_64 g(7);
+  auto routed = [&](int64_t n, int K, int E) {  // K distinct experts per token, uniform
+    std::vector<int32_t> ids, all(static_cast<size_t>(E));
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::shuffle(all.begin(), all.end(), g);
+      ids.insert(ids.end(), all.begin(), all.begin() + K);
+    }
+    return ids;
+  };
+  check_moe_schedule(routed(1, 8, 256), 256, "1 token, 256 experts top-8");
+  check_moe_schedule(routed(64, 8, 256), 256, "64 tokens, 256 experts top-8");
+  check_moe_schedule(routed(5000, 8, 256), 256, "5000 tokens, 256 experts top-8");
+  check_moe_schedule(routed(300, 4, 16), 16, "300 tokens, 16 experts top-4");
+  // Skewed: expert 3 in every token's first slot, experts 0, 1 and 13..15 never chosen.
+  std::vector<int32_t> skew = routed(700, 6, 10);
+  for (int32_t& e : skew) e = e == 0 ? 2 : e + 3;  // 0..9 → 2, 4..12
+  for (size_t t = 0; t < skew.size() / 6; ++t) skew[t * 6] = 3;
+  check_moe_schedule(skew, 16, "700 tokens, one expert in every token, six idle");
+  check_moe_schedule(std::vector<int32_t>(130, 0), 1, "1 expert, 130 rows (3 tiles)");
+  check_moe_schedule(std::vector<int32_t>(64, 5), 8, "one full tile");
+  // Every row its own expert: as many tiles as rows.
+  std::vector<int32_t> each(200);
+  std::iota(each.begin(), each.end(), 0);
+  check_moe_schedule(each, 256, "200 experts with one row each");
+  EXPECT_EQ(moe_max_tiles(0, 256), 0);
+  EXPECT_EQ(moe_max_tiles(8, 256), 1 + 8);
+  EXPECT_EQ(moe_max_tiles(40000, 256), 625 + 256);
 }
 
 TEST(OpsCpu, RopeLayoutsAreTheSameRotation) {

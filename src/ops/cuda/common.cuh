@@ -99,11 +99,9 @@ enum ScratchSlot : int {
   kScratchAttnPartML, // split-KV partial (max, sum)
   kScratchIndexScores,
   kScratchGather,     // cumulative sequence starts
-  kScratchMoeRows,    // routed rows, gathered
-  kScratchMoeGate,
-  kScratchMoeUp,
-  kScratchMoeY,
-  kScratchMoeIndex,
+  kScratchMoeHidden,  // experts' silu(gate) ⊙ up [n·K, I] BF16
+  kScratchMoeY,       // experts' outputs [n·K, D] F32, before the weighted combine
+  kScratchMoeIndex,   // routing permutation, inverse, offsets, tile schedule
   kScratchCount
 };
 void* scratch(ScratchSlot slot, size_t bytes);

@@ -2,27 +2,32 @@
 // moe_route: one fused kernel, one block per token (threads = E rounded up to a warp, E ≤ 1024):
 //   logits (F32 or BF16, the router weight's dtype: no separate cast) → softmax/sigmoid in F32 →
 //   + correction bias (noaux_tc) → group scores (top-2 sum or max; thread g scans group g) →
-//   topk_group groups kept (thread 0) → k block-wide argmax rounds (value desc, index asc, as the CPU
-//   twin's stable top-k) → weights s[chosen], renormalised (+1e-20), × routed_scaling_factor.
+//   topk_group groups kept (thread 0) → k block-wide argmax rounds (value desc, index asc, as the
+//   CPU twin's stable top-k) → weights s[chosen], renormalised (+1e-20), × routed_scaling_factor.
 //   topk_ids [n, k] I32, topk_weights [n, k] F32; correction_bias [E] F32 or BF16.
-// moe_experts (first version, grouped over routed tokens): the routed (token, slot) pairs are sorted
-//   by expert on the host (one device→host copy of topk_ids: not graph-capturable yet); one gather
-//   kernel copies the rows; per active expert, ops linear (cuBLASLt; FP8 block-scaled when the
-//   weights are FP8) runs gate and up over its contiguous rows, silu_mul, then down into an F32
-//   buffer [n·k, D]; moe_combine_kernel (grid [n], 256 threads) sums out[t] = Σ_i w_i · y[(t, i)] in
-//   slot order (deterministic, no atomics). x, out: F32 or BF16.
-#include <algorithm>
+// moe_experts: a fixed sequence of 4 launches whatever the routing, no host synchronisation and no
+//   host copy of the routing, so a decode step can be captured in a CUDA graph:
+//   1. moe_permute_kernel (moe_permute.cu; one block): the (token, slot) pairs sorted by expert,
+//      stably, with the inverse and the tile schedule (ops/moe_schedule.h);
+//   2. moe_gemm_kernel gate/up (moe_gemm.cu): h [n·K, I] BF16 = silu(x_e · gateᵀ) ⊙ (x_e · upᵀ)
+//      per expert's rows, the rows read from x through perm (no gathered copy);
+//   3. moe_gemm_kernel down: y [n·K, D] F32 = h · downᵀ;
+//   4. moe_combine_kernel (grid [n], 256 threads): out[t] = Σ_i w_i · y[inv[(t, i)]] in slot
+//      order (deterministic, no atomics).
+//   The experts' weight pointers reach the GEMMs through a device array [E] of MoeExpertPtrs,
+//   uploaded once per expert list (expert_table: keyed by the list's address, rebuilt only when a
+//   pointer changed; later calls compare pointers on the host and upload nothing).
+//   x [n, D], out [n, D]: F32 or BF16. Experts: BF16 or F8_E4M3 + 128×128 scales, all of one
+//   dtype and shape, D and I multiples of 16 (moe_gemm.cu's preconditions); E ≤ 1024.
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
-#include "core/device_buffer.h"
-#include "ops/activation.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/moe_experts.cuh"
 #include "ops/moe.h"
 
 namespace osprey::ops::cuda {
-
-void linear(Tensor y, Tensor x, const LinearWeight& w);
-void silu_mul(Tensor out, Tensor gate, Tensor up);
 
 namespace {
 constexpr int kMaxExperts = 1024;
@@ -49,8 +54,8 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
                                  int K, int G, int topk_group, bool softmax, int method,
                                  bool norm_topk_prob, float routed_scaling_factor) {
   extern __shared__ float sh[];
-  float* s = sh;              // [E] scores
-  float* choice = sh + E;     // [E] selection values
+  float* s = sh;           // [E] scores
+  float* choice = sh + E;  // [E] selection values
   __shared__ float red[32];
   __shared__ float group_score[64];
   __shared__ bool keep[64];
@@ -133,13 +138,6 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
   }
 }
 
-template <typename T>
-__global__ void moe_gather_kernel(T* __restrict__ xs, const T* __restrict__ x,
-                                  const int32_t* __restrict__ perm, int K, int64_t D) {
-  const int64_t r = blockIdx.x, t = perm[r] / K;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xs[r * D + d] = x[t * D + d];
-}
-
 template <typename To>
 __global__ void moe_combine_kernel(To* __restrict__ out, const float* __restrict__ y,
                                    const int32_t* __restrict__ inv, const float* __restrict__ w,
@@ -150,6 +148,85 @@ __global__ void moe_combine_kernel(To* __restrict__ out, const float* __restrict
     for (int i = 0; i < K; ++i) acc += w[t * K + i] * y[int64_t(inv[t * K + i]) * D + d];
     out[t * D + d] = from_f32<To>(acc);
   }
+}
+
+constexpr int64_t kMoeAlign = 16;  // bytes: the GEMMs' vector loads and stores
+
+bool aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kMoeAlign == 0;
+}
+
+// Checks one expert linear against the list's form and returns its scale pointer (null for BF16).
+const float* check_expert_linear(const LinearWeight& w, DType type, int64_t out, int64_t in,
+                                 size_t e, const char* name) {
+  OSPREY_CHECK(w.weight.device == Device::CUDA && w.weight.dtype == type &&
+                   w.weight.shape == Shape({out, in}) && aligned(w.weight.data),
+               "moe_experts: expert ", e, " ", name, " is ", dtype_name(w.weight.dtype), " ",
+               shape_str(w.weight.shape), "; every expert needs a 16-byte-aligned device ",
+               dtype_name(type), " [", out, ", ", in, "]");
+  if (type != DType::F8_E4M3) return nullptr;
+  const Shape scales = {(out + kFp8BlockSize - 1) / kFp8BlockSize,
+                        (in + kFp8BlockSize - 1) / kFp8BlockSize};
+  OSPREY_CHECK(w.scale_inv.device == Device::CUDA && w.scale_inv.dtype == DType::F32 &&
+                   w.scale_inv.shape == scales,
+               "moe_experts: expert ", e, " ", name, " needs device F32 scales ", shape_str(scales),
+               ", got ", shape_str(w.scale_inv.shape));
+  return w.scale_inv.f32();
+}
+
+// The device array of an expert list's weight pointers, built on first use.
+struct ExpertTable {
+  std::vector<MoeExpertPtrs> host;  // [E] what dev holds
+  MoeExpertPtrs* dev = nullptr;     // [E] on the device; never freed while the process lives,
+  size_t capacity = 0;              //      like the scratch arena (one table per MoE layer)
+};
+
+// Validates the list (host metadata only) and returns its device table, uploading it when the
+// list is new or a pointer changed. Sets weight_type and I.
+const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_t D,
+                                  DType& weight_type, int64_t& I) {
+  static std::mutex mu;
+  static std::unordered_map<const MlpWeights*, ExpertTable> cache;  // key: the list's storage
+  const std::lock_guard<std::mutex> lock(mu);
+  weight_type = experts[0].gate.weight.dtype;
+  I = experts[0].gate.out();
+  OSPREY_CHECK(weight_type == DType::BF16 || weight_type == DType::F8_E4M3,
+               "moe_experts on CUDA needs BF16 or F8_E4M3 expert weights, got ",
+               dtype_name(weight_type));
+  OSPREY_CHECK(
+      D % 16 == 0 && I % 16 == 0 && I > 0,
+      "moe_experts on CUDA needs hidden and expert widths that are multiples of 16, got D ", D,
+      ", I ", I);
+  auto ptrs_of = [&](size_t e) {  // validates expert e
+    const MlpWeights& m = experts[e];
+    return MoeExpertPtrs{m.gate.weight.data,
+                         m.up.weight.data,
+                         m.down.weight.data,
+                         check_expert_linear(m.gate, weight_type, I, D, e, "gate"),
+                         check_expert_linear(m.up, weight_type, I, D, e, "up"),
+                         check_expert_linear(m.down, weight_type, D, I, e, "down")};
+  };
+  ExpertTable& t = cache[experts.data()];
+  bool same = t.host.size() == experts.size();
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const MoeExpertPtrs p = ptrs_of(e);
+    same = same && t.host[e] == p;
+  }
+  if (same) return t.dev;
+  t.host.clear();  // rebuilt only after every expert passed its checks
+  for (size_t e = 0; e < experts.size(); ++e) t.host.push_back(ptrs_of(e));
+  if (t.capacity < experts.size()) {
+    if (t.dev) {
+      OSPREY_CUDA_CHECK(cudaDeviceSynchronize());  // an earlier launch may still read it
+      OSPREY_CUDA_CHECK(cudaFree(t.dev));
+    }
+    OSPREY_CUDA_CHECK(cudaMalloc(&t.dev, experts.size() * sizeof(MoeExpertPtrs)));
+    t.capacity = experts.size();
+  }
+  // Ordered after the earlier launches on the (legacy default) stream that read the old table.
+  OSPREY_CUDA_CHECK(cudaMemcpy(t.dev, t.host.data(), experts.size() * sizeof(MoeExpertPtrs),
+                               cudaMemcpyHostToDevice));
+  return t.dev;
 }
 }  // namespace
 
@@ -163,74 +240,63 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
                    topk_ids.dtype == DType::I32 && topk_weights.dtype == DType::F32 &&
                    E <= kMaxExperts && K <= kMaxTopk && G <= 64 && E % G == 0 && K <= E,
                "moe_route shapes");
-  OSPREY_CHECK(!use_bias || (correction_bias.numel() == E && correction_bias.device == Device::CUDA),
-               "noaux_tc needs the correction bias on the device");
+  OSPREY_CHECK(
+      !use_bias || (correction_bias.numel() == E && correction_bias.device == Device::CUDA),
+      "noaux_tc needs the correction bias on the device");
   if (n == 0) return;
   const int threads = (E + 31) / 32 * 32;
   const size_t smem = size_t(2 * E) * sizeof(float);
   const DType bias_type = use_bias ? correction_bias.dtype : DType::F32;
   OSPREY_DISPATCH_FLOAT(router_logits.dtype, Tl, OSPREY_DISPATCH_FLOAT(bias_type, Tb, {
-    moe_route_kernel<Tl, Tb><<<unsigned(n), threads, smem, stream()>>>(
-        topk_ids.ptr<int32_t>(), topk_weights.f32(), static_cast<const Tl*>(router_logits.data),
-        use_bias ? static_cast<const Tb*>(correction_bias.data) : nullptr, E, K, G, p.topk_group,
-        p.scoring == ScoringFunc::Softmax, int(p.method), p.norm_topk_prob,
-        p.routed_scaling_factor);
-  }));
+                          moe_route_kernel<Tl, Tb><<<unsigned(n), threads, smem, stream()>>>(
+                              topk_ids.ptr<int32_t>(), topk_weights.f32(),
+                              static_cast<const Tl*>(router_logits.data),
+                              use_bias ? static_cast<const Tb*>(correction_bias.data) : nullptr, E,
+                              K, G, p.topk_group, p.scoring == ScoringFunc::Softmax, int(p.method),
+                              p.norm_topk_prob, p.routed_scaling_factor);
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                  const std::vector<MlpWeights>& experts) {
   check_device(x, "moe_experts", "x");
+  check_device(out, "moe_experts", "out");
   check_device(topk_ids, "moe_experts", "topk_ids");
   check_device(topk_weights, "moe_experts", "topk_weights");
   const int64_t n = x.size(0), D = x.size(1), K = topk_ids.size(1);
-  OSPREY_CHECK(out.size(0) == n && out.size(1) == D && !experts.empty(), "moe_experts shapes");
+  const int64_t E = int64_t(experts.size()), rows = n * K;
+  OSPREY_CHECK(out.size(0) == n && out.size(1) == D && topk_ids.size(0) == n &&
+                   topk_weights.size(0) == n && topk_weights.size(1) == K &&
+                   topk_ids.dtype == DType::I32 && topk_weights.dtype == DType::F32 &&
+                   is_f32_or_bf16(x.dtype) && is_f32_or_bf16(out.dtype) && aligned(x.data) &&
+                   E >= 1 && E <= kMaxExperts && rows < (int64_t(1) << 31),
+               "moe_experts: x ", shape_str(x.shape), " ", dtype_name(x.dtype), ", out ",
+               shape_str(out.shape), ", topk_ids ", shape_str(topk_ids.shape), ", ", E, " experts");
   if (n == 0) return;
-  const int64_t rows = n * K, I = experts[0].gate.out();
-  // Sort the routed (token, slot) pairs by expert on the host.
-  std::vector<int32_t> ids(size_t(rows), 0);
-  OSPREY_CUDA_CHECK(cudaMemcpy(ids.data(), topk_ids.data, size_t(rows) * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost));
-  std::vector<int64_t> count(experts.size() + 1, 0);
-  for (int32_t e : ids) {
-    OSPREY_CHECK(e >= 0 && size_t(e) < experts.size(), "expert id ", e);
-    ++count[size_t(e) + 1];
-  }
-  for (size_t e = 0; e < experts.size(); ++e) count[e + 1] += count[e];
-  std::vector<int32_t> index(size_t(2 * rows));  // perm (sorted row → t·K + slot), then its inverse
-  std::vector<int64_t> fill(count.begin(), count.end() - 1);
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t r = fill[size_t(ids[size_t(i)])]++;
-    index[size_t(r)] = int32_t(i);
-    index[size_t(rows + i)] = int32_t(r);
-  }
-  auto* dev_index = static_cast<int32_t*>(scratch(kScratchMoeIndex, index.size() * sizeof(int32_t)));
-  OSPREY_CUDA_CHECK(cudaMemcpy(dev_index, index.data(), index.size() * sizeof(int32_t),
-                               cudaMemcpyHostToDevice));
-  const size_t xsz = dtype_size(x.dtype);
-  Tensor xs{scratch(kScratchMoeRows, size_t(rows * D) * xsz), x.dtype, {rows, D}, Device::CUDA};
-  Tensor g{scratch(kScratchMoeGate, size_t(rows * I) * sizeof(float)), DType::F32, {rows, I}, Device::CUDA};
-  Tensor u{scratch(kScratchMoeUp, size_t(rows * I) * sizeof(float)), DType::F32, {rows, I}, Device::CUDA};
-  Tensor y{scratch(kScratchMoeY, size_t(rows * D) * sizeof(float)), DType::F32, {rows, D}, Device::CUDA};
-  OSPREY_DISPATCH_FLOAT(x.dtype, T, {
-    moe_gather_kernel<T><<<unsigned(rows), 256, 0, stream()>>>(
-        static_cast<T*>(xs.data), static_cast<const T*>(x.data), dev_index, int(K), D);
-  });
-  OSPREY_CUDA_LAUNCH_CHECK();
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const int64_t r0 = count[e], r1 = count[e + 1];
-    if (r0 == r1) continue;
-    OSPREY_CHECK(experts[e].gate.out() == I, "experts of different widths");
-    Tensor ge = g.rows(r0, r1), ue = u.rows(r0, r1);
-    linear(ge, xs.rows(r0, r1), experts[e].gate);
-    linear(ue, xs.rows(r0, r1), experts[e].up);
-    silu_mul(ge, ge, ue);
-    linear(y.rows(r0, r1), ge, experts[e].down);
-  }
+  DType weight_type = DType::BF16;
+  int64_t I = 0;
+  const MoeExpertPtrs* table = expert_table(experts, D, weight_type, I);
+  const int64_t max_tiles = moe_max_tiles(rows, E);
+  // One index allocation: perm [rows] | inv [rows] | offsets [E + 1] | pad | tiles [max_tiles].
+  const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles
+  auto* index = static_cast<int32_t*>(
+      scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
+  int32_t* perm = index;                                       // [rows] sorted row → t·K + slot
+  int32_t* inv = index + rows;                                 // [rows] t·K + slot → sorted row
+  int32_t* offsets = index + 2 * rows;                         // [E + 1]
+  auto* tiles = reinterpret_cast<MoeTile*>(index + tiles_at);  // [max_tiles]
+  void* h = scratch(kScratchMoeHidden, size_t(rows * I) * sizeof(bf16));  // [rows, I] BF16
+  auto* y =
+      static_cast<float*>(scratch(kScratchMoeY, size_t(rows * D) * sizeof(float)));  // [rows, D]
+  launch_moe_permute(perm, inv, offsets, tiles, topk_ids.ptr<int32_t>(), int(rows), int(E),
+                     int(max_tiles));
+  launch_moe_gate_up(h, x.data, x.dtype, weight_type, tiles, int(max_tiles), table, perm, int(K), D,
+                     I);
+  launch_moe_down(y, h, weight_type, tiles, int(max_tiles), table, D, I);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-    moe_combine_kernel<To><<<unsigned(n), 256, 0, stream()>>>(
-        static_cast<To*>(out.data), y.f32(), dev_index + rows, topk_weights.f32(), int(K), D);
+    moe_combine_kernel<To><<<unsigned(n), 256, 0, stream()>>>(static_cast<To*>(out.data), y, inv,
+                                                              topk_weights.f32(), int(K), D);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
