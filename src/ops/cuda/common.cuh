@@ -104,6 +104,9 @@ enum ScratchSlot : int {
   kScratchMoeUp,
   kScratchMoeY,
   kScratchMoeIndex,
+  // sampling: per-row keys and weights, [n_rows, vocab] each
+  kScratchSampleKeys,
+  kScratchSampleWeights,
   kScratchCount
 };
 void* scratch(ScratchSlot slot, size_t bytes);
