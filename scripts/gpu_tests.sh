@@ -2,7 +2,9 @@
 # Runs every GPU test binary — the CUDA twin tests (test_cuda_*) and the GPU goldens
 # (test_goldens_gpu) — and prints a summary table: per binary the result, tests
 # passed/failed/skipped and seconds, then each twin's measured error (the TWIN lines), the FP8 GEMM
-# path that ran, and the goldens' errors (GPUGOLDEN lines). Full logs go into the folder given.
+# path that ran, the sampling timings and any CPU/CUDA draw differences (PERF, SAMPLEDIFF lines of
+# test_cuda_sample and test_cuda_engine_sampler), and the goldens' errors (GPUGOLDEN lines). Full
+# logs go into the folder given.
 # Usage: scripts/gpu_tests.sh LOG_DIR
 #   Binaries are taken from $OSPREY_GPU_BIN, else bin/ beside this script (a carried folder), else
 #   build-cuda/tests/ops (a CUDA build in the repository). Exit status: non-zero if any failed.
@@ -37,6 +39,9 @@ done
   echo
   echo "== FP8 GEMM paths =="
   cat "$log_dir"/test_cuda_*.log | grep -h '^FP8PATH' | sort | uniq -c
+  echo
+  echo "== sampling (time per call; CPU/CUDA draws that differ, with their boundary margin) =="
+  cat "$log_dir"/test_cuda_*sample*.log 2>/dev/null | grep -h '^PERF\|^SAMPLEDIFF' | sed 's/^[A-Z]* //'
   echo
   echo "== GPU goldens (per-position error over max |ref|; greedy agreement) =="
   grep -h '^GPUGOLDEN' "$log_dir"/test_goldens_gpu.log 2>/dev/null | sed 's/^GPUGOLDEN //'

@@ -51,6 +51,12 @@ size_t utf8_boundary(const std::string& s, size_t end) {
   return (end - (i - 1) >= len) ? end : i - 1;
 }
 
+// The sampler's state key of a sequence: its arrival number (unique for the engine's lifetime,
+// unlike request ids, which may be reused once a request is done), offset from 0 ("no key").
+uint64_t sampler_key(const Sequence& s) {
+  return s.arrival + 1;
+}
+
 }  // namespace
 
 Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders)
@@ -172,7 +178,12 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<Sequence*> sampled_seqs;
   if (!plan.empty()) {
     const ForwardBatch& batch = inputs_.build(plan);
-    Buffer logits(DType::F32, {plan.num_sampled, model_.config().vocab_size});
+    // [num_sampled, vocab] on the model's device: sampled there, only the ids come back.
+    const int64_t vocab = model_.config().vocab_size;
+    if (logits_.empty() || logits_.view().size(0) < plan.num_sampled)
+      logits_ = Storage(model_.device(), DType::F32,
+                        {std::max<int64_t>(plan.num_sampled, sched_cfg_.max_num_seqs), vocab});
+    const Tensor logits = logits_.view().rows(0, plan.num_sampled);
     model_.forward(batch, cache_, logits);
     std::vector<SamplingRow> rows;
     for (const ScheduledSeq& e : plan.seqs) {
@@ -180,7 +191,7 @@ std::vector<RequestOutput> Engine::step() {
         if (e.start + i < int(e.seq->prompt.size())) ++counters_.prompt_tokens_total;
       if (!e.sample) continue;
       rows.push_back({&e.seq->params, &e.seq->prompt, &e.seq->output, e.seq->seed,
-                      model_.config().eos_token_id});
+                      model_.config().eos_token_id, sampler_key(*e.seq)});
       sampled_seqs.push_back(e.seq);
     }
     sampler_.sample(logits, rows, &results);
@@ -201,6 +212,7 @@ std::vector<RequestOutput> Engine::step() {
     if (!l.pending.new_tokens.empty() || l.seq->finished()) outputs.push_back(take_output(l));
     if (l.seq->finished()) {
       counters_.num_preemptions += l.seq->num_preemptions;
+      sampler_.release(sampler_key(*l.seq));
       it = live_.erase(it);
     } else {
       ++it;

@@ -1,6 +1,7 @@
 // The engine: requests in, a stream of model steps, outputs out.
 //   step(): Scheduler::schedule → StepInputs::build → DeepseekModel::forward (logits of the
-//   sampled rows only) → Sampler::sample → Scheduler::commit → text deltas and stop strings.
+//   sampled rows only, left on the model's device) → Sampler::sample (on that device; the sampled
+//   ids and requested logprobs come back) → Scheduler::commit → text deltas and stop strings.
 // Engine is single-threaded (it owns all model state); AsyncEngine runs it on its own thread
 // behind a submission queue and per-request output streams (engine/async_engine.h).
 #pragma once
@@ -115,6 +116,7 @@ class Engine {
   PagedKVCache cache_;
   Scheduler scheduler_;
   StepInputs inputs_;
+  Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
   Sampler sampler_;
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;

@@ -1,217 +1,272 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
-#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
+#include "ops/sample.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 
+static_assert(SamplingParams::kMaxLogprobs == kMaxTopLogprobs,
+              "the op's logprob rows hold SamplingParams::kMaxLogprobs alternatives");
+
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+size_t align16(size_t n) {
+  return (n + 15) / 16 * 16;
+}
 
-// Index of the largest value; ties → the lowest index.
-int32_t argmax(const float* x, int vocab) {
-  int32_t best = 0;
-  for (int i = 1; i < vocab; ++i) {
-    if (x[i] > x[best]) best = i;
+bool has_penalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
+void check_id(int32_t t, int vocab) {
+  OSPREY_CHECK(t >= 0 && t < vocab, "token id ", t, " outside the vocabulary of ", vocab);
+}
+
+const char* error_text(int32_t code) {
+  switch (code) {
+    case kSampleErrorNonFinite:
+      return "a logit is NaN or +inf";
+    case kSampleErrorAllSuppressed:
+      return "every token of the row is suppressed";
+    case kSampleErrorBadInput:
+      return "a token id outside the vocabulary or a bad penalty slot";
+    default:
+      return "unknown error";
   }
-  return best;
+}
+
+// A host staging Storage of at least `bytes` and its twin on `device` (the same memory on the CPU).
+void reserve_bytes(Storage* host, Storage* dev, Device device, size_t bytes) {
+  const size_t have = host->empty() ? 0 : size_t(host->view().numel());
+  if (have >= bytes && !dev->empty() && dev->view().device == device) return;
+  bytes = std::max({bytes, 2 * have, size_t(4096)});
+  *host = Storage(Device::CPU, DType::U8, {int64_t(bytes)});
+  *dev = device == Device::CPU ? *host : Storage(device, DType::U8, {int64_t(bytes)});
+}
+
+// A view of `s` from byte `offset` as dtype / shape.
+Tensor view_at(const Storage& s, size_t offset, DType dtype, Shape shape) {
+  Tensor t = s.view();
+  t.data = static_cast<char*>(t.data) + offset;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  return t;
+}
+
+// The row's parameters without the penalty slot; min_tokens' suppressed ids go to `lists`.
+SampleRowParams row_params(const SamplingRow& row, int vocab, std::vector<int32_t>* lists,
+                           int32_t* n_logprob_rows) {
+  const SamplingParams& sp = *row.params;
+  SampleRowParams p;
+  p.seed = row.seed;
+  p.step = row.output_tokens->size();
+  p.temperature = sp.temperature;
+  p.top_p = sp.top_p;
+  p.min_p = sp.min_p;
+  p.repetition_penalty = sp.repetition_penalty;
+  p.frequency_penalty = sp.frequency_penalty;
+  p.presence_penalty = sp.presence_penalty;
+  p.top_k = sp.top_k;
+  p.logprobs = sp.logprobs;
+  if (sp.logprobs >= 0) p.logprob_row = (*n_logprob_rows)++;
+  // min_tokens: no stop before min_tokens outputs. With ignore_eos, EOS does not stop, so it stays.
+  if (static_cast<int64_t>(row.output_tokens->size()) < sp.min_tokens) {
+    p.suppress_begin = int32_t(lists->size());
+    for (int32_t t : sp.stop_token_ids) {
+      check_id(t, vocab);
+      lists->push_back(t);
+    }
+    if (!sp.ignore_eos && row.eos_token_id >= 0) {
+      check_id(row.eos_token_id, vocab);
+      lists->push_back(row.eos_token_id);
+    }
+    p.suppress_count = int32_t(lists->size()) - p.suppress_begin;
+  }
+  return p;
 }
 
 }  // namespace
 
-void Sampler::reserve(int vocab) {
-  if (x_.size() >= static_cast<size_t>(vocab)) return;
-  // New elements are value-initialised: counts_ and seen_ start (and stay, between rows) zero.
-  x_.resize(static_cast<size_t>(vocab));
-  candidates_.resize(static_cast<size_t>(vocab));
-  counts_.resize(static_cast<size_t>(vocab));
-  seen_.resize(static_cast<size_t>(vocab));
+void Sampler::reserve_slots(Device device, int vocab, int n) {
+  if (device != device_ || vocab != vocab_) {
+    slots_.clear();
+    prompt_mask_ = Storage();
+    output_counts_ = Storage();
+    device_ = device;
+    vocab_ = vocab;
+  }
+  if (int(slots_.size()) >= n) return;
+  const int n_slots = std::max({n, 2 * int(slots_.size()), 4});
+  slots_.assign(size_t(n_slots), Slot{});
+  prompt_mask_ = Storage(device, DType::I32, {n_slots, sample_mask_words(vocab)});
+  output_counts_ = Storage(device, DType::I32, {n_slots, vocab});
+}
+
+void Sampler::assign_slot(const SamplingRow& row, SampleRowParams* p) {
+  const std::vector<int32_t>& prompt = *row.prompt_tokens;
+  const std::vector<int32_t>& output = *row.output_tokens;
+  const bool repetition = row.params->repetition_penalty != 1.0f;
+  Slot* s = nullptr;
+  if (row.state_key != 0) {
+    for (Slot& c : slots_) {
+      if (c.key == row.state_key) s = &c;
+    }
+  }
+  bool fresh = true;
+  if (s) {
+    OSPREY_CHECK(s->used != calls_, "two rows of one call share the state key ", row.state_key);
+    fresh = s->prompt_size != prompt.size() || s->counted > output.size() ||
+            s->prompt_marked != repetition;
+  } else {
+    for (Slot& c : slots_) {  // the least recently used slot this call has not taken
+      if (c.used != calls_ && (!s || c.used < s->used)) s = &c;
+    }
+    OSPREY_CHECK(s, "no free penalty slot among ", slots_.size());
+  }
+  p->penalty_slot = int32_t(s - slots_.data());
+  size_t from = s->counted;
+  if (fresh) {
+    p->reset_slot = 1;
+    from = 0;
+    if (repetition) {
+      p->prompt_begin = int32_t(lists_.size());
+      for (int32_t t : prompt) {
+        check_id(t, vocab_);
+        lists_.push_back(t);
+      }
+      p->prompt_count = int32_t(prompt.size());
+    }
+  }
+  p->count_begin = int32_t(lists_.size());
+  for (size_t i = from; i < output.size(); ++i) {
+    check_id(output[i], vocab_);
+    lists_.push_back(output[i]);
+  }
+  p->count_count = int32_t(lists_.size()) - p->count_begin;
+  *s = Slot{row.state_key, prompt.size(), output.size(), repetition, calls_};
+}
+
+void Sampler::release(uint64_t state_key) {
+  if (state_key == 0) return;
+  for (Slot& s : slots_) {
+    if (s.key == state_key) s = Slot{};
+  }
 }
 
 void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
                      std::vector<SampleResult>* out) {
-  OSPREY_CHECK(logits.device == Device::CPU && logits.dim() == 2, "logits ",
-               shape_str(logits.shape), " must be [n_rows, vocab] on the CPU");
+  OSPREY_CHECK(logits.dim() == 2 && logits.dtype == DType::F32, "logits ", shape_str(logits.shape),
+               " must be [n_rows, vocab] F32");
   const int64_t n_rows = logits.size(0);
   const int64_t vocab64 = logits.size(1);
   OSPREY_CHECK(static_cast<int64_t>(rows.size()) == n_rows, rows.size(), " rows for logits ",
                shape_str(logits.shape));
   OSPREY_CHECK(vocab64 > 0 && vocab64 <= std::numeric_limits<int32_t>::max(), "vocab ", vocab64);
   const int vocab = static_cast<int>(vocab64);
-  const float* data = logits.f32();
-  reserve(vocab);
-  out->resize(rows.size());
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const SamplingRow& row = rows[static_cast<size_t>(r)];
+  const Device device = logits.device;
+  ++calls_;
+  params_.clear();
+  lists_.clear();
+  int n_penalised = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SamplingRow& row = rows[r];
     OSPREY_CHECK(row.params && row.prompt_tokens && row.output_tokens, "row ", r, " incomplete");
-    const float* raw = data + r * vocab64;
-    SampleResult& res = (*out)[static_cast<size_t>(r)];
-    res.token = sample_row(raw, vocab, row);
-    if (row.params->logprobs >= 0) {
-      fill_logprobs(raw, vocab, row.params->logprobs, res.token, &res);
-    } else {
+    n_penalised += has_penalties(*row.params);
+  }
+  reserve_slots(device, vocab, n_penalised);
+  int32_t n_lp = 0;
+  for (const SamplingRow& row : rows) {
+    SampleRowParams p = row_params(row, vocab, &lists_, &n_lp);
+    if (has_penalties(*row.params)) assign_slot(row, &p);
+    params_.push_back(p);
+  }
+
+  // Inputs: params then token lists, one upload.
+  const size_t params_bytes = params_.size() * sizeof(SampleRowParams);
+  const size_t lists_at = align16(params_bytes);
+  const size_t stage_bytes = lists_at + lists_.size() * sizeof(int32_t);
+  reserve_bytes(&stage_host_, &stage_dev_, device, stage_bytes);
+  char* h = static_cast<char*>(stage_host_.view().data);
+  std::memcpy(h, params_.data(), params_bytes);
+  std::memcpy(h + lists_at, lists_.data(), lists_.size() * sizeof(int32_t));
+  last_upload_bytes_ = 0;
+  if (device != Device::CPU && n_rows > 0) {
+    ops::copy(stage_dev_.view().rows(0, int64_t(stage_bytes)),
+              stage_host_.view().rows(0, int64_t(stage_bytes)));
+    last_upload_bytes_ = stage_bytes;
+  }
+  SampleMeta m;
+  m.n_rows = int(n_rows);
+  m.rows = view_at(stage_dev_, 0, DType::U8, {n_rows, int64_t(sizeof(SampleRowParams))});
+  m.token_lists = view_at(stage_dev_, lists_at, DType::I32, {int64_t(lists_.size())});
+  m.prompt_mask = prompt_mask_.view();
+  m.output_counts = output_counts_.view();
+
+  // Outputs: tokens | logprobs | top ids, one copy back.
+  const size_t lp_at = align16(size_t(n_rows) * sizeof(int32_t));
+  const size_t ids_at = align16(lp_at + size_t(n_lp) * (1 + kMaxTopLogprobs) * sizeof(float));
+  const size_t out_bytes = ids_at + size_t(n_lp) * kMaxTopLogprobs * sizeof(int32_t);
+  reserve_bytes(&out_host_, &out_dev_, device, out_bytes);
+  ops::sample(view_at(out_dev_, 0, DType::I32, {n_rows}),
+              view_at(out_dev_, lp_at, DType::F32, {n_lp, 1 + kMaxTopLogprobs}),
+              view_at(out_dev_, ids_at, DType::I32, {n_lp, kMaxTopLogprobs}), logits, m);
+  last_download_bytes_ = 0;
+  if (device != Device::CPU && n_rows > 0) {
+    const size_t back = n_lp > 0 ? out_bytes : size_t(n_rows) * sizeof(int32_t);
+    ops::copy(out_host_.view().rows(0, int64_t(back)), out_dev_.view().rows(0, int64_t(back)));
+    last_download_bytes_ = back;
+  }
+
+  const char* o = static_cast<const char*>(out_host_.view().data);
+  const auto* tokens = reinterpret_cast<const int32_t*>(o);
+  const auto* lp = reinterpret_cast<const float*>(o + lp_at);
+  const auto* ids = reinterpret_cast<const int32_t*>(o + ids_at);
+  out->resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SampleRowParams& p = params_[r];
+    SampleResult& res = (*out)[r];
+    res.token = tokens[r];
+    OSPREY_CHECK(res.token >= 0, "sampling row ", r, ": ", error_text(res.token));
+    res.top_logprobs.clear();
+    if (p.logprobs < 0) {
       res.logprob = std::numeric_limits<float>::quiet_NaN();
-      res.top_logprobs.clear();
+      continue;
     }
+    const float* lp_row = lp + size_t(p.logprob_row) * (1 + kMaxTopLogprobs);
+    const int32_t* id_row = ids + size_t(p.logprob_row) * kMaxTopLogprobs;
+    res.logprob = lp_row[0];
+    for (int j = 0; j < std::min(p.logprobs, vocab); ++j)
+      res.top_logprobs.emplace_back(id_row[j], lp_row[1 + j]);
   }
 }
 
 void Sampler::apply_logits_processors(float* x, int vocab, const SamplingRow& row) {
-  reserve(vocab);
-  const SamplingParams& p = *row.params;
-  const std::vector<int32_t>& prompt = *row.prompt_tokens;
-  const std::vector<int32_t>& output = *row.output_tokens;
-  auto check_id = [vocab](int32_t t) {
-    OSPREY_CHECK(t >= 0 && t < vocab, "token id ", t, " outside the vocabulary of ", vocab);
-  };
-
-  // min_tokens: no stop before min_tokens outputs. With ignore_eos, EOS does not stop, so it stays.
-  if (static_cast<int64_t>(output.size()) < p.min_tokens) {
-    for (int32_t t : p.stop_token_ids) {
-      check_id(t);
-      x[t] = -kInf;
+  std::vector<int32_t> lists;
+  int32_t n_lp = 0;
+  SampleRowParams p = row_params(row, vocab, &lists, &n_lp);
+  std::vector<int32_t> mask, counts;  // [ceil(vocab / 32)], [vocab]: a one-slot penalty state
+  if (has_penalties(*row.params)) {
+    p.penalty_slot = 0;
+    mask.assign(size_t(sample_mask_words(vocab)), 0);
+    counts.assign(size_t(vocab), 0);
+    if (row.params->repetition_penalty != 1.0f) {
+      for (int32_t t : *row.prompt_tokens) {
+        check_id(t, vocab);
+        mask[size_t(t >> 5)] =
+            static_cast<int32_t>(static_cast<uint32_t>(mask[size_t(t >> 5)]) | (1u << (t & 31)));
+      }
     }
-    if (!p.ignore_eos && row.eos_token_id >= 0) {
-      check_id(row.eos_token_id);
-      x[row.eos_token_id] = -kInf;
-    }
-  }
-
-  // Repetition: once per distinct token of prompt ∪ output.
-  if (p.repetition_penalty != 1.0f) {
-    const float rp = p.repetition_penalty;
-    auto penalise = [&](int32_t t) {
-      check_id(t);
-      if (seen_[static_cast<size_t>(t)]) return;
-      seen_[static_cast<size_t>(t)] = 1;
-      x[t] = x[t] > 0.0f ? x[t] / rp : x[t] * rp;
-    };
-    for (int32_t t : prompt) penalise(t);
-    for (int32_t t : output) penalise(t);
-    for (int32_t t : prompt) seen_[static_cast<size_t>(t)] = 0;
-    for (int32_t t : output) seen_[static_cast<size_t>(t)] = 0;
-  }
-
-  // Frequency and presence, over the output only. The second loop applies each distinct token
-  // once (at its first occurrence) and zeroes its count, leaving counts_ clean for the next row.
-  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-    for (int32_t t : output) {
-      check_id(t);
-      ++counts_[static_cast<size_t>(t)];
-    }
-    for (int32_t t : output) {
-      int32_t& c = counts_[static_cast<size_t>(t)];
-      if (c == 0) continue;
-      x[t] -= p.frequency_penalty * static_cast<float>(c);
-      x[t] -= p.presence_penalty;
-      c = 0;
+    for (int32_t t : *row.output_tokens) {
+      check_id(t, vocab);
+      ++counts[size_t(t)];
     }
   }
-}
-
-int32_t Sampler::sample_row(const float* raw, int vocab, const SamplingRow& row) {
-  const SamplingParams& p = *row.params;
-  float* x = x_.data();  // [vocab]
-  for (int i = 0; i < vocab; ++i) {
-    OSPREY_CHECK(!std::isnan(raw[i]) && raw[i] != kInf, "logit ", i, " is ", raw[i]);
-    x[i] = raw[i];
-  }
-  apply_logits_processors(x, vocab, row);
-
-  if (p.temperature < kGreedyTemperature) return argmax(x, vocab);
-
-  float m = -kInf;
-  for (int i = 0; i < vocab; ++i) {
-    x[i] /= p.temperature;
-    m = std::max(m, x[i]);
-  }
-  OSPREY_CHECK(m > -kInf, "every token of the row is suppressed");
-  const float min_p = p.min_p;
-
-  // Top-k and top-p give a cut on x; both are measured on what min-p keeps.
-  float cut = -kInf;
-  const bool use_top_k = p.top_k > 0 && p.top_k < vocab;
-  const bool use_top_p = p.top_p < 1.0f;
-  if (use_top_k || use_top_p) {
-    Candidate* cand = candidates_.data();
-    int n = 0;
-    for (int i = 0; i < vocab; ++i) {
-      const float e = std::exp(x[i] - m);
-      if (e > 0.0f && e >= min_p) cand[n++] = Candidate{x[i], e, i};
-    }
-    auto by_x_desc = [](const Candidate& a, const Candidate& b) {
-      return a.x > b.x || (a.x == b.x && a.id < b.id);
-    };
-    if (use_top_k && p.top_k < n) {
-      std::nth_element(cand, cand + p.top_k - 1, cand + n, by_x_desc);
-      cut = cand[p.top_k - 1].x;
-      n = static_cast<int>(
-          std::partition(cand, cand + n, [cut](const Candidate& c) { return c.x >= cut; }) - cand);
-    }
-    if (use_top_p && n > 1) {
-      double z = 0.0;
-      for (int j = 0; j < n; ++j) z += cand[j].e;
-      const double mass = static_cast<double>(p.top_p) * z;
-      // Exact pre-filter before the sort: if n · e_j ≤ (1 − top_p) · z, the tokens with e ≤ e_j
-      // weigh at most (1 − top_p) · z, so the mass ahead of j is ≥ top_p · z and j is dropped.
-      // On a peaked distribution over a large vocabulary this leaves a few hundred to sort.
-      const double floor_e = (z - mass) / n;
-      n = static_cast<int>(
-          std::partition(cand, cand + n, [&](const Candidate& c) { return c.e > floor_e; }) - cand);
-      std::sort(cand, cand + n, by_x_desc);
-      double before = 0.0;  // mass of the tokens ahead of cand[keep]
-      int keep = 0;
-      while (keep < n && (keep == 0 || before < mass)) before += cand[keep++].e;
-      cut = std::max(cut, cand[keep - 1].x);
-    }
-  }
-
-  // Weights e_i of the kept tokens, in place of x; then the inverse CDF in ascending id order.
-  double z = 0.0;
-  for (int i = 0; i < vocab; ++i) {
-    const float e = std::exp(x[i] - m);
-    x[i] = (e > 0.0f && e >= min_p && x[i] >= cut) ? e : 0.0f;
-    z += x[i];
-  }
-  const double target = sampling_uniform(row.seed, row.output_tokens->size()) * z;
-  double cum = 0.0;
-  int32_t last = -1;
-  for (int i = 0; i < vocab; ++i) {
-    if (x[i] == 0.0f) continue;
-    cum += x[i];
-    last = i;
-    if (cum > target) return i;
-  }
-  OSPREY_CHECK(last >= 0, "no token kept");
-  return last;  // target rounded up to z
-}
-
-void Sampler::fill_logprobs(const float* raw, int vocab, int n, int32_t token, SampleResult* r) {
-  float m = -kInf;
-  for (int i = 0; i < vocab; ++i) m = std::max(m, raw[i]);
-  double s = 0.0;
-  for (int i = 0; i < vocab; ++i) s += std::exp(static_cast<double>(raw[i]) - m);
-  const double lse = m + std::log(s);
-  r->logprob = static_cast<float>(raw[token] - lse);
-
-  // The n largest raw logits, kept sorted descending; scanning ids upwards and inserting after
-  // equal values puts ties in ascending id order.
-  auto& top = r->top_logprobs;
-  top.clear();
-  n = std::min(n, vocab);
-  for (int i = 0; i < vocab && n > 0; ++i) {
-    if (static_cast<int>(top.size()) == n && !(raw[i] > top.back().second)) continue;
-    auto pos =
-        std::upper_bound(top.begin(), top.end(), raw[i],
-                         [](float v, const std::pair<int32_t, float>& e) { return v > e.second; });
-    top.insert(pos, {i, raw[i]});
-    if (static_cast<int>(top.size()) > n) top.pop_back();
-  }
-  for (auto& e : top) e.second = static_cast<float>(e.second - lse);
+  ops::cpu::apply_logits_processors(x, vocab, p, lists.data(), mask.data(), counts.data());
 }
 
 }  // namespace osprey

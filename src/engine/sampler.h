@@ -1,36 +1,36 @@
-// The sampler: one token per row of logits, each row under its own request's SamplingParams.
-//
-// Per row (the order of vLLM v1's sampler):
-//   1 raw logprobs (only when params.logprobs ≥ 0): log_softmax of the raw logits; the sampled
-//     token's logprob and the params.logprobs most likely tokens come from here.
-//   2 min_tokens: while len(output) < min_tokens, stop_token_ids (and eos_token_id unless
-//     ignore_eos, as then EOS is no stop token) get −inf.
-//   3 penalties: repetition over the distinct tokens of prompt ∪ output (logit > 0 ? logit / r :
-//     logit · r), then logit −= frequency · count_in_output + presence · [count_in_output > 0].
-//   4 temperature < kGreedyTemperature: argmax (ties → the lowest id). Done.
-//   5 x = logit / temperature; m = max x; e_i = exp(x_i − m) (so p_i / p_max = e_i).
-//   6 min-p: keep e_i ≥ min_p. (vLLM v1 runs min-p before top-k/top-p; min-p and top-k commute,
-//     and top-p is measured on what min-p kept.)
-//   7 top-k (k ≥ 1): keep x_i ≥ the k-th largest x (ties at the boundary are kept).
-//   8 top-p (< 1): sort the kept tokens by x descending, keep the smallest prefix whose mass
-//     (renormalised over the kept tokens) reaches top_p — a token stays iff the mass strictly
-//     before it is < top_p — at least one token; ties with the last kept x are kept.
-//   9 draw: u = sampling_uniform(seed, len(output)); walk the kept tokens in ascending id order
-//     and return the first whose cumulative e exceeds u · Σ e (inverse CDF).
-// Steps 6–8 each keep all tokens above a threshold, so the kept set is {x_i ≥ cut, e_i ≥ min_p}:
-// the same rule lets a GPU twin find it without a full sort.
+// The sampler: one token per row of logits, each row under its own request's SamplingParams,
+// sampled on the device the logits are on (ops::sample; the math and its order are in
+// ops/sample.h: raw logprobs, min_tokens, repetition / frequency / presence penalties, greedy below
+// kGreedyTemperature with ties → the lowest id, temperature, min-p, top-k, top-p, and the draw from
+// sampling_uniform(seed, number of output tokens so far)).
 //
 // Determinism: the uniform depends only on (seed, number of output tokens so far), never on the
 // batch, the row's position in it or the other rows, so a seeded request gives the same tokens in
 // any batch. The logits must be finite or −inf (NaN and +inf are internal errors).
+//
+// What this class adds to the op: the per-row SampleRowParams and token lists of each call, and the
+// penalty state (per request: prompt bitmask [ceil(vocab / 32)] I32 and output token counts [vocab]
+// I32) kept in slots on the logits' device between calls. A row with a state_key keeps its slot
+// while it is sampled, so a decode step sends only the token it appended last step; a slot not used
+// by the current call may be given to another row (its request then starts afresh when it returns).
+//
+// Traffic per call (CUDA logits): host→device, one copy of 88 B per row (SampleRowParams) + 4 B per
+// listed token: min_tokens' suppressed ids (while the output is shorter than min_tokens), and for a
+// row with penalties only what its slot lacks: on a new slot the prompt (repetition ≠ 1 only) and
+// the output so far, else the tokens appended since the slot's last use (1 in decode). Rows without
+// penalties send no tokens and read no state. Device→host, one copy: the sampled ids (4 B per row)
+// followed by the logprob rows of the rows that asked (84 + 80 B each); the logits stay on the
+// device.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "core/storage.h"
 #include "core/tensor.h"
 #include "engine/sampling_params.h"
+#include "ops/sample.h"
 
 namespace osprey {
 
@@ -41,6 +41,9 @@ struct SamplingRow {
   const std::vector<int32_t>* output_tokens = nullptr;  // generated so far; its size is the step
   uint64_t seed = 0;      // the request's effective seed (params.seed, or drawn at submission)
   int eos_token_id = -1;  // −1: the model has none
+  // Nonzero: the request's identity for this sampler (never reused for another request): its
+  // penalty state stays on the device between calls. 0: rebuilt from the token lists each call.
+  uint64_t state_key = 0;
 };
 
 struct SampleResult {
@@ -51,49 +54,49 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
-// Below this temperature a row is sampled greedily (vLLM's _SAMPLING_EPS).
-inline constexpr float kGreedyTemperature = 1e-5f;
-
-// The counter-based random stream: a uniform in [0, 1) from (seed, step). It is element `step`
-// of the splitmix64 sequence started at mix64(seed); 53 random bits.
-inline uint64_t splitmix64_mix(uint64_t z) {
-  z ^= z >> 30;
-  z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27;
-  z *= 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return z;
-}
-inline double sampling_uniform(uint64_t seed, uint64_t step) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
-  const uint64_t h = splitmix64_mix(splitmix64_mix(seed) + (step + 1) * kGolden);
-  return double(h >> 11) * 0x1.0p-53;
-}
-
-// The CPU sampler. Holds only scratch reused across calls (sized to the vocabulary once), so a
-// step allocates nothing proportional to the vocabulary. Not thread-safe: one per engine thread.
+// Not thread-safe: one per engine thread.
 class Sampler {
  public:
-  // logits [n_rows, vocab] F32 on the CPU, read only. rows.size() == n_rows; out gets n_rows.
+  // logits [n_rows, vocab] F32 on the CPU or a CUDA device, read only. rows.size() == n_rows; out
+  // gets n_rows.
   void sample(Tensor logits, const std::vector<SamplingRow>& rows, std::vector<SampleResult>* out);
+  // Frees the penalty slot of a request that is done (its state_key).
+  void release(uint64_t state_key);
 
-  // Steps 2 and 3 on one row in place: logits [vocab]. Exposed for tests and the GPU twin's test.
+  // Steps 2 and 3 on one row in place: logits [vocab] on the CPU. For tests.
   void apply_logits_processors(float* logits, int vocab, const SamplingRow& row);
 
- private:
-  struct Candidate {
-    float x;  // logit after penalties and temperature
-    float e;  // exp(x − max x) = p / p_max
-    int32_t id;
-  };
-  void reserve(int vocab);
-  int32_t sample_row(const float* raw, int vocab, const SamplingRow& row);
-  static void fill_logprobs(const float* raw, int vocab, int n, int32_t token, SampleResult* r);
+  // Bytes copied host→device and device→host by the last sample() (0 when it ran on the CPU).
+  size_t last_upload_bytes() const { return last_upload_bytes_; }
+  size_t last_download_bytes() const { return last_download_bytes_; }
+  // Tokens the last sample() put into the token lists (suppressed, prompt and output ids).
+  size_t last_listed_tokens() const { return lists_.size(); }
 
-  std::vector<float> x_;               // [vocab] the row being processed
-  std::vector<Candidate> candidates_;  // [vocab] tokens still kept by min-p / top-k / top-p
-  std::vector<int32_t> counts_;        // [vocab] output-token counts; zero between rows
-  std::vector<uint8_t> seen_;          // [vocab] prompt ∪ output marks; zero between rows
+ private:
+  struct Slot {
+    uint64_t key = 0;  // 0: free, or held for one call by a row without a state_key
+    size_t prompt_size = 0;
+    size_t counted = 0;  // output tokens already in the slot's counts
+    bool prompt_marked = false;
+    uint64_t used = 0;  // the call that last used it
+  };
+  // The penalty slots on `device` for `vocab`, at least `n` of them (growing forgets all state).
+  void reserve_slots(Device device, int vocab, int n);
+  // Fills the penalty fields of p for `row` (a row with penalties), appending to lists_.
+  void assign_slot(const SamplingRow& row, SampleRowParams* p);
+
+  Device device_ = Device::CPU;
+  int vocab_ = 0;
+  Storage prompt_mask_;    // [n_slots, ceil(vocab / 32)] I32 on device_
+  Storage output_counts_;  // [n_slots, vocab] I32 on device_
+  std::vector<Slot> slots_;
+  uint64_t calls_ = 0;
+
+  std::vector<SampleRowParams> params_;  // [n_rows] this call's rows
+  std::vector<int32_t> lists_;           // [n_list] this call's token lists
+  Storage stage_host_, stage_dev_;       // [bytes] U8: params_, then lists_ (one upload)
+  Storage out_host_, out_dev_;  // [bytes] U8: tokens [n_rows] I32 | logprobs | top_ids (one copy)
+  size_t last_upload_bytes_ = 0, last_download_bytes_ = 0;
 };
 
 }  // namespace osprey

@@ -12,6 +12,7 @@
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/sample.h"
 #include "ops/tensor_ops.h"
 
 #ifdef OSPREY_WITH_CUDA
@@ -98,6 +99,9 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                  const std::vector<MlpWeights>& experts) {
   OSPREY_DISPATCH(moe_experts, out.device, out, x, topk_ids, topk_weights, experts);
+}
+void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const SampleMeta& m) {
+  OSPREY_DISPATCH(sample, tokens.device, tokens, logprobs, top_ids, logits, m);
 }
 void silu_mul(Tensor out, Tensor gate, Tensor up) {
   OSPREY_DISPATCH(silu_mul, out.device, out, gate, up);

@@ -779,3 +779,111 @@ TEST(SamplingParamsValidate, RejectsEachBadFieldByName) {
   expect_rejected([](SamplingParams& p) { p.logprobs = 21; }, {"logprobs", "[-1, 20]"});
   expect_rejected([](SamplingParams& p) { p.logprobs = -2; }, {"logprobs", "[-1, 20]"});
 }
+
+// ---------------------------------------------------------------------------------------------
+// Penalty state kept between calls (state keys).
+
+namespace {
+
+// `steps` decode steps of the requests as one batch each step, with or without state keys; the
+// batch at step s holds the requests batch_of(s) (so requests leave and come back).
+std::vector<std::vector<int32_t>> generate_keyed(
+    std::vector<Request> reqs, bool keyed, int steps, int vocab,
+    const std::function<std::vector<size_t>(int)>& batch_of, Sampler* s,
+    std::vector<size_t>* listed = nullptr) {
+  std::vector<SampleResult> out;
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<size_t> batch = batch_of(step);
+    Buffer logits(DType::F32, {static_cast<int64_t>(batch.size()), vocab});
+    std::vector<SamplingRow> rows;
+    for (size_t r = 0; r < batch.size(); ++r) {
+      const size_t q = batch[r];
+      const std::vector<float> l = fake_logits(int(q), int(reqs[q].output.size()), vocab);
+      std::copy(l.begin(), l.end(), logits.f32() + r * static_cast<size_t>(vocab));
+      SamplingRow row = reqs[q].row();
+      row.state_key = keyed ? q + 1 : 0;
+      rows.push_back(row);
+    }
+    s->sample(logits, rows, &out);
+    if (listed) listed->push_back(s->last_listed_tokens());
+    for (size_t r = 0; r < batch.size(); ++r) reqs[batch[r]].output.push_back(out[r].token);
+  }
+  std::vector<std::vector<int32_t>> outputs;
+  for (const Request& r : reqs) outputs.push_back(r.output);
+  return outputs;
+}
+
+std::vector<Request> penalised_requests(int n) {
+  std::vector<Request> reqs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Request& r = reqs[static_cast<size_t>(i)];
+    r.seed = 1000 + static_cast<uint64_t>(i);
+    r.params.temperature = 0.9f;
+    r.params.repetition_penalty = 1.0f + 0.1f * static_cast<float>(i % 4);
+    r.params.frequency_penalty = 0.5f;
+    r.params.presence_penalty = i % 2 ? 0.3f : 0.0f;
+    r.prompt = {1, 2, 3, 4, static_cast<int32_t>(10 + i)};
+  }
+  return reqs;
+}
+
+}  // namespace
+
+TEST(SamplerState, KeyedRowsSendOnlyNewTokensAndSampleLikeKeyless) {
+  constexpr int kVocab = 200;
+  const std::vector<Request> reqs = penalised_requests(3);
+  auto all = [](int) { return std::vector<size_t>{0, 1, 2}; };
+  Sampler keyless, keyed;
+  std::vector<size_t> listed_keyless, listed_keyed;
+  const auto a = generate_keyed(reqs, false, 30, kVocab, all, &keyless, &listed_keyless);
+  const auto b = generate_keyed(reqs, true, 30, kVocab, all, &keyed, &listed_keyed);
+  EXPECT_EQ(a, b);
+  // Keyed: the prompts of the rows with repetition ≠ 1 (requests 1 and 2) once, then one token per
+  // row per step. Keyless: every prompt and the whole output every step.
+  EXPECT_EQ(listed_keyed[0], 10u);
+  for (size_t s = 1; s < listed_keyed.size(); ++s) EXPECT_EQ(listed_keyed[s], 3u) << "step " << s;
+  EXPECT_EQ(listed_keyless[29], 10u + 3u * 29u);
+}
+
+TEST(SamplerState, EvictedAndReleasedSlotsAreRebuilt) {
+  // Seven penalised requests, batches of four rotating through them: slots are taken over by
+  // other requests while their owners wait, and the owners come back to a rebuilt slot.
+  constexpr int kVocab = 150;
+  const std::vector<Request> reqs = penalised_requests(7);
+  auto rotate = [](int step) {
+    std::vector<size_t> b;
+    for (int j = 0; j < 4; ++j) b.push_back(static_cast<size_t>((step * 3 + j) % 7));
+    return b;
+  };
+  Sampler keyless, keyed;
+  EXPECT_EQ(generate_keyed(reqs, false, 40, kVocab, rotate, &keyless),
+            generate_keyed(reqs, true, 40, kVocab, rotate, &keyed));
+
+  // After release, a different request under the same key (prompt of the same length) starts
+  // afresh rather than inheriting the counts.
+  Request first = penalised_requests(1)[0];
+  first.params.repetition_penalty = 1.3f;
+  first.output = {5, 5, 5, 7};
+  Request other = first;
+  other.prompt = {9, 8, 7, 6, 5};
+  other.output = {6, 6, 6, 6, 6};
+  std::vector<SampleResult> out;
+  std::vector<float> flat(kVocab, 0.0f);
+  flat[5] = 3.0f;
+  flat[6] = 2.5f;
+  Buffer logits(DType::F32, {1, kVocab});
+  std::copy(flat.begin(), flat.end(), logits.f32());
+  Sampler s;
+  SamplingRow row = first.row();
+  row.state_key = 77;
+  s.sample(logits, {row}, &out);
+  s.release(77);
+  row = other.row();
+  row.state_key = 77;
+  s.sample(logits, {row}, &out);
+  Sampler fresh;
+  std::vector<SampleResult> want;
+  fresh.sample(logits, {other.row()}, &want);
+  EXPECT_EQ(out[0].token, want[0].token);
+  EXPECT_EQ(s.last_listed_tokens(), other.prompt.size() + other.output.size());
+}

@@ -102,6 +102,9 @@ enum ScratchSlot : int {
   kScratchMoeHidden,  // experts' silu(gate) ⊙ up [n·K, I] BF16
   kScratchMoeY,       // experts' outputs [n·K, D] F32, before the weighted combine
   kScratchMoeIndex,   // routing permutation, inverse, offsets, tile schedule
+  // sampling: per-row keys and weights, [n_rows, vocab] each
+  kScratchSampleKeys,
+  kScratchSampleWeights,
   kScratchCount
 };
 void* scratch(ScratchSlot slot, size_t bytes);
