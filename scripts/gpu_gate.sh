@@ -3,7 +3,8 @@
 # greedy accuracy on the 1,000 held-out problems under
 #   transformers' own generate (float32, eager; sparse, and dense = index_topk above any sequence),
 #   osprey on CUDA with its bf16 weights (FP8 indexer key cache, the default; and BF16 keys),
-#   osprey on CUDA with the weights FP8 block-quantized by `osprey quantize --ue8m0`,
+#   osprey on CUDA with the weights FP8 block-quantized by `osprey quantize --ue8m0` (cuBLASLt's
+#   W8A8 block-scaled GEMM where the shape allows, and with every FP8 weight dequantised: w8a16),
 #   osprey on CUDA with sparsity off (--dense),
 # then a summary table (accuracy, 95% Wilson interval, seconds). Reports, failures and logs go
 # into LOG_DIR. The CPU rows and the negative controls run anywhere (bench/RESULTS.md).
@@ -49,6 +50,7 @@ row() {
 row cuda_bf16 --model "$model" --device cuda
 row cuda_bf16_keys --model "$model" --device cuda --bf16-index-keys
 row cuda_fp8 --model "$work/fp8" --device cuda
+row cuda_fp8_w8a16 --model "$work/fp8" --device cuda --fp8-gemm w8a16
 row cuda_dense --model "$model" --device cuda --dense
 
 if [[ $hf == 1 ]]; then

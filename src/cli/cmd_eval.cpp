@@ -22,6 +22,7 @@
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
+#include "ops/gemm.h"
 
 namespace osprey::cli {
 namespace {
@@ -29,7 +30,8 @@ namespace {
 struct Args {
   std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
                                    failures = "arith_failures.jsonl";
-  std::string report, chat_format = "auto", served_model, api_key, device = "cpu";
+  std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
+                      fp8_gemm = "w8a8";
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
@@ -49,6 +51,9 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   if (!b.tokenizer) fail("model '", dir, "' has no tokenizer.json: eval needs text in and out");
   const ModelConfig& c = b.model->config();
   if (a.bf16_index_keys) b.model->set_fp8_index_keys(false);
+#ifdef OSPREY_WITH_CUDA
+  ops::cuda::set_fp8_block_scaled(a.fp8_gemm == "w8a8");
+#endif
   ModelAblation ab;
   ab.zero_attention_layer = a.zero_attention_layer;
   ab.indexer_recent = a.indexer_recent;
@@ -146,6 +151,10 @@ void run(const Args& a) {
     fail("--device must be cpu or cuda, got '", a.device, "'");
   if (!a.server.empty() && (a.device != "cpu" || a.bf16_index_keys))
     fail("--device and --bf16-index-keys act on the model here: use --model");
+  if (a.fp8_gemm != "w8a8" && a.fp8_gemm != "w8a16")
+    fail("--fp8-gemm must be w8a8 or w8a16, got '", a.fp8_gemm, "'");
+  if (a.fp8_gemm != "w8a8" && a.device != "cuda")
+    fail("--fp8-gemm applies to --device cuda (the CPU dequantises FP8 weights: w8a16 math)");
   if (a.bf16_index_keys && a.device != "cuda")
     fail("--bf16-index-keys applies to --device cuda (the CPU keeps the indexer keys in F32)");
   if (!a.model.empty() && !a.server.empty()) fail("give --model or --server, not both");
@@ -183,6 +192,7 @@ void run(const Args& a) {
                               {"dense", a.dense},
                               {"device", a.server.empty() ? a.device : "server"},
                               {"bf16_index_keys", a.bf16_index_keys},
+                              {"fp8_gemm", a.fp8_gemm},
                               {"seconds", secs}};
     f << j.dump(1) << "\n";
   }
@@ -196,6 +206,10 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--model", a->model,
                   "model folder, run here (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--device", a->device, "cpu | cuda: where --model runs (default cpu)");
+  sub->add_option("--fp8-gemm", a->fp8_gemm,
+                  "--device cuda, FP8 weights: w8a8 = cuBLASLt block-scaled FP8 with activations "
+                  "quantized per 1x128 (default, where the shape allows) | w8a16 = weights "
+                  "dequantised to BF16");
   sub->add_flag("--bf16-index-keys", a->bf16_index_keys,
                 "--device cuda: the indexer key cache in BF16 instead of FP8 (the default)");
   sub->add_option("--server", a->server,

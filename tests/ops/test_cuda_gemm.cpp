@@ -58,6 +58,10 @@ const Shape3 kShapes[] = {{64, 1536, 7168, "q_a_proj"},
                           {13, 32, 256, "tiny expert gate"},
                           {13, 256, 128, "tiny o_proj"},
                           {40, 256, 384, "tiny mlp down"},
+                          // The bundled arithmetic model's dense MLP down projection: in the
+                          // block-scaled class (in 768), where its FP8 gate row lost accuracy.
+                          {40, 256, 768, "arith mlp down"},
+                          {13, 768, 256, "arith mlp gate"},
                           {37, 32768, 512, "kv_b_proj"}};
 
 std::string label(const char* kind, const Shape3& s) {
