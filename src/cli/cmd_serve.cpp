@@ -58,6 +58,10 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_model_len = a.max_model_len;
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
+  // The expanded attention path's memory grows with a step's Σ seq_lens: bound it by one
+  // sequence of max_model_len (what the profile step below measures); wider steps run absorbed.
+  bundle.model->set_max_expanded_kv_rows(
+      a.max_model_len > 0 ? a.max_model_len : bundle.model->config().max_position_embeddings);
 #ifdef OSPREY_WITH_CUDA
   if (cuda && !kv_given) {
     // The KV cache takes this fraction of the memory left after the weights and after a profile

@@ -47,13 +47,18 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
   const int64_t n_logits = std::min<int64_t>(chunk, max_num_seqs);
   batch.logits_indices = batch.logits_indices.rows(chunk - n_logits, chunk);
   const auto t0 = std::chrono::steady_clock::now();
-  if (model.device() == Device::CUDA) {
-    DeviceBuffer logits(DType::F32, {n_logits, c.vocab_size});
-    model.forward(batch, cache, logits);
-    cuda::synchronize();
-  } else {
-    Buffer logits(DType::F32, {n_logits, c.vocab_size});
-    model.forward(batch, cache, logits);
+  // Both attention paths: the step may take either (DeepseekModel::set_max_expanded_kv_rows).
+  for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
+    ForwardOptions o;
+    o.path = path;
+    if (model.device() == Device::CUDA) {
+      DeviceBuffer logits(DType::F32, {n_logits, c.vocab_size});
+      model.forward(batch, cache, logits, o);
+      cuda::synchronize();
+    } else {
+      Buffer logits(DType::F32, {n_logits, c.vocab_size});
+      model.forward(batch, cache, logits, o);
+    }
   }
   StepProfile p;
   p.tokens = chunk;

@@ -6,8 +6,10 @@
 // memory. profile_step_memory runs one forward over the largest step the scheduler can form —
 // min(max_num_batched_tokens, max_model_len) new tokens of one sequence whose context ends at
 // max_model_len (the widest attention and indexer scores), logits for max_num_seqs rows — on a
-// temporary zeroed cache, so that the arenas reach their peak; the memory free afterwards is what
-// the KV cache may take.
+// temporary zeroed cache, through each attention path (expanded, then absorbed), so that the
+// arenas reach their peak; the memory free afterwards is what the KV cache may take. The expanded
+// path's memory grows with the step's Σ seq_lens: the caller bounds it with
+// DeepseekModel::set_max_expanded_kv_rows(max_model_len), the context profiled here.
 #pragma once
 
 #include "model/deepseek.h"

@@ -190,8 +190,9 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
 
   Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
-  const bool expanded =
-      o.path == AttentionPath::Expanded || (o.path == AttentionPath::Auto && b.max_query_len > 1);
+  const bool expanded = o.path == AttentionPath::Expanded ||
+                        (o.path == AttentionPath::Auto && b.max_query_len > 1 &&
+                         (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;

@@ -55,6 +55,13 @@ class DeepseekModel {
   // (as transformers computes the indexer, for comparisons with it). Caches made afterwards use it.
   void set_fp8_index_keys(bool on) { fp8_index_keys_ = on; }
   bool fp8_index_keys() const { return fp8_index_keys_; }
+  // AttentionPath::Auto takes the expanded (prefill) path only while the step's Σ seq_lens is at
+  // most this many rows (0: no bound): it decompresses K/V for every cached position of every
+  // sequence in the step, so a mixed step of many long sequences would need memory without bound.
+  // Above it the absorbed path runs (the same math, tested equal; memory by new tokens only).
+  // The server sets it to max_model_len, the widest single sequence its profile step measures.
+  void set_max_expanded_kv_rows(int64_t rows) { max_expanded_kv_rows_ = rows; }
+  int64_t max_expanded_kv_rows() const { return max_expanded_kv_rows_; }
   // Negative controls for `osprey eval` (model/ablation.h); every forward uses them until reset.
   void set_ablation(const ModelAblation& a) { ablation_ = a; }
   const ModelAblation& ablation() const { return ablation_; }
@@ -84,7 +91,8 @@ class DeepseekModel {
   // checkpoint's tensor, or a BF16 dequantized copy when it is FP8 (made once at load).
   std::vector<Tensor> kv_b_absorb_;
   std::vector<Storage> kv_b_owned_;
-  mutable Workspace ws_;                    // activations of one step
+  mutable Workspace ws_;  // activations of one step
+  int64_t max_expanded_kv_rows_ = 0;
   mutable Storage stage_host_, stage_dev_;  // U8: the packed step metadata, host and device
   float rope_attention_factor_;
   float softmax_scale_;

@@ -24,3 +24,21 @@ TEST(MemoryProfile, LargestStepRunsAndLeavesTheModelAsItWas) {
   EXPECT_EQ(greedy_generate(*m, prompt, g), before);
   EXPECT_THROW(profile_step_memory(*m, 0, 200, 4), Error);
 }
+
+// Above the expanded-path bound, Auto prefills through the absorbed path: the same tokens.
+TEST(MemoryProfile, BoundedExpandedPathGivesTheSameTokens) {
+  auto m = load_model_cpu(std::string(OSPREY_TEST_DATA) + "/models/v32-tiny");
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back(int32_t(3 + (i * 37) % 500));
+  GreedyOptions g;
+  g.max_new_tokens = 16;
+  g.stop_at_eos = false;
+  g.prefill_chunk = 40;  // chunks with earlier context: Σ seq_lens grows past the bound
+  const std::vector<int32_t> unbounded = greedy_generate(*m, prompt, g);
+  m->set_max_expanded_kv_rows(64);
+  const std::vector<int32_t> bounded = greedy_generate(*m, prompt, g);
+  EXPECT_EQ(bounded, unbounded);
+  // And the forced expanded path (the reference) agrees with both.
+  g.prefill_path = AttentionPath::Expanded;
+  EXPECT_EQ(greedy_generate(*m, prompt, g), unbounded);
+}

@@ -94,11 +94,14 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   const int64_t in = w.in(), out = w.out();
   // Only shapes like those where cuBLASLt 13.1's block-scaled mode gave right answers on the H200
   // (tests/ops test_cuda_gemm, 2026-11-29): in a multiple of 128 and at least 512 (the V3/V3.2
-  // projections: 512, 1536, 2048, 7168, 16384), out a multiple of 64. It returned wrong values,
+  // projections: 512, 1536, 2048, 7168, 16384), out a multiple of 64 and at least 512. It returned wrong values,
   // with no error, for [out 144, in 256] and [out 256, in 128], and the small test models' FP8
-  // linears (in 256 / 384) went wrong inside the model too: everything outside the verified class
-  // takes the dequantize + BF16 path.
-  if (!g_allow_block_scaled || in % kFp8BlockSize != 0 || in < 4 * kFp8BlockSize || out % 64 != 0)
+  // linears (in 256 / 384) went wrong inside the model too; so did [out 256, in 768] (the bundled
+  // arithmetic model's MLP down projection: 400× off, and its FP8 accuracy fell from 99.7% to
+  // 98.2%). Every verified shape has out ≥ 512 as well: everything outside that class takes the
+  // dequantize + BF16 path.
+  if (!g_allow_block_scaled || in % kFp8BlockSize != 0 || in < 4 * kFp8BlockSize ||
+      out < 4 * kFp8BlockSize || out % 64 != 0)
     return false;
   // cuBLASLt's block-scaled mode refuses token counts that are not a multiple of 16 (seen on the
   // H200 with n = 5, 37): pad the quantized rows with zeros (scale 1) and drop the padded outputs.

@@ -299,6 +299,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     if (need_x) xs[i] = has_slot ? penalise(v, i, p, counts, mask) : v;
   }
   if (__syncthreads_or(nonfinite)) return fail(kSampleErrorNonFinite);
+  // The row's max, the same in every thread (the logprob search bounds depend on it: a per-thread
+  // value would send the threads through different numbers of barriers).
+  raw_max = block_fmax(raw_max, red_f);
   if (p.suppress_count > 0) {
     for (int j = p.suppress_begin + tid; j < p.suppress_begin + p.suppress_count; j += kThreads)
       xs[a.lists[j]] = -INFINITY;
