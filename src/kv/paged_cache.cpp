@@ -29,7 +29,8 @@ Tensor PagedKVCache::index_keys(int layer) const {
 
 int64_t PagedKVCache::bytes_per_block(const ModelConfig& c, int block_size, Device device,
                                       bool fp8_index_keys) {
-  const int64_t latent = (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(dtype_for(device)));
+  const int64_t latent =
+      (c.kv_lora_rank + c.qk_rope_head_dim) * int64_t(dtype_size(dtype_for(device)));
   int64_t index = 0;
   if (c.has_indexer)
     index = index_dtype_for(device, fp8_index_keys) == DType::U8

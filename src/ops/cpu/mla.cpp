@@ -54,8 +54,8 @@ void softmax(std::vector<float>& x) {
   for (float& v : x) v = float(v / sum);
 }
 
-// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0, vd).
-// (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
+// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0,
+// vd). (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
 void attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
                  const std::vector<const float*>& values, int64_t vd, float scale,
                  std::vector<float>& p) {

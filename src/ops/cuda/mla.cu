@@ -1,7 +1,8 @@
 // CUDA multi-head latent attention (contracts in ops/mla.h).
 //
 // mla_absorb_q / mla_unabsorb_out: strided-batched cuBLASLt GEMMs, batch = heads, F32 accumulation.
-//   absorb:   q_abs[:, h, :kv_lora] = q[:, h, :nope] · W_UK_h   (W_UK_h = kv_b rows h·(nope+v) ..+nope)
+//   absorb:   q_abs[:, h, :kv_lora] = q[:, h, :nope] · W_UK_h   (W_UK_h = kv_b rows h·(nope+v)
+//   ..+nope)
 //             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
 //   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
 //   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
@@ -14,8 +15,9 @@
 //   block; a tile of kTile cache rows (576 wide, F32 in shared memory) is loaded once per block and
 //   read by every head; per warp an online softmax (running max m, sum l) and a 512-wide F32
 //   accumulator (16 values a lane). Partials (unnormalised o, m, l) go to scratch, then
-//   mla_combine_kernel (grid [n_tokens·H], 128 threads) merges them: o = Σ e^{m_s−M} o_s / Σ e^{m_s−M} l_s.
-//   Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, cache, out: F32 or BF16.
+//   mla_combine_kernel (grid [n_tokens·H], 128 threads) merges them: o = Σ e^{m_s−M} o_s / Σ
+//   e^{m_s−M} l_s. Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, cache, out:
+//   F32 or BF16.
 // mla_attention_expanded (prefill, causal, variable length): grid [n_tokens, H/8], a warp per head
 //   walks its attended positions with an online softmax; K, V [Σ seq_lens, H, 192 | 128] F32/BF16.
 // Other shapes (the small test models: latent 128 + rope 16, 4 heads) take mla_generic_kernel, a
@@ -30,13 +32,15 @@ namespace osprey::ops::cuda {
 namespace {
 constexpr int kLat = 512, kRope = 64, kWidth = kLat + kRope;  // latent cache row
 constexpr int kHeadsPerBlock = 8;
-constexpr int kTile = 16;             // cache rows per shared-memory tile
-constexpr int64_t kMinChunk = 256;    // attended positions per split, at least
+constexpr int kTile = 16;           // cache rows per shared-memory tile
+constexpr int64_t kMinChunk = 256;  // attended positions per split, at least
 constexpr int64_t kMaxSplits = 128;
 constexpr size_t kMaxPartialBytes = size_t(1) << 30;
-constexpr int kQk = 192, kV = 128;    // expanded attention head dims (nope 128 + rope 64, v 128)
+constexpr int kQk = 192, kV = 128;  // expanded attention head dims (nope 128 + rope 64, v 128)
 
-cudaDataType_t lt_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t lt_type(DType d) {
+  return d == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 const void* as_dtype(Tensor x, DType want, ScratchSlot slot) {
   if (x.dtype == want) return x.data;
@@ -68,7 +72,8 @@ __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
   const int64_t t = blockIdx.x;
   Tc* dst = cache + slots[t] * (kv_lora + rope);
   for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
-    dst[c] = from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
+    dst[c] =
+        from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
 }
 
 __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
@@ -81,7 +86,8 @@ __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_se
 }
 
 int64_t* kv_starts(const AttentionMeta& m) {
-  auto* starts = static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
+  auto* starts =
+      static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
   cumsum_kernel<<<1, 1, 0, stream()>>>(starts, m.seq_lens.ptr<int32_t>(), m.n_seqs);
   OSPREY_CUDA_LAUNCH_CHECK();
   return starts;
@@ -91,7 +97,10 @@ __device__ __forceinline__ int seq_of_row(const int64_t* starts, int n_seqs, int
   int lo = 0, hi = n_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (starts[mid] <= row) lo = mid; else hi = mid - 1;
+    if (starts[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -109,11 +118,12 @@ __global__ void cache_gather_kernel(To* out, const Tc* cache, const int64_t* sta
 
 template <typename Tq, typename Tc>
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-    mla_decode_kernel(float* __restrict__ part_o, float2* __restrict__ part_ml, const Tq* __restrict__ q,
-                      const Tc* __restrict__ cache, const int32_t* __restrict__ qsl,
-                      const int32_t* __restrict__ positions, const int32_t* __restrict__ block_table,
-                      int64_t max_blocks, int block_size, int n_seqs, const int32_t* __restrict__ topk,
-                      int64_t topk_k, int64_t H, int64_t chunk, float scale) {
+    mla_decode_kernel(float* __restrict__ part_o, float2* __restrict__ part_ml,
+                      const Tq* __restrict__ q, const Tc* __restrict__ cache,
+                      const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
+                      const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
+                      int n_seqs, const int32_t* __restrict__ topk, int64_t topk_k, int64_t H,
+                      int64_t chunk, float scale) {
   extern __shared__ float tile[];  // [kTile][kWidth]
   __shared__ int64_t rows[kTile];
   const int t = blockIdx.x, split = blockIdx.z, n_splits = gridDim.z;
@@ -126,7 +136,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
 
   float qv[kWidth / 32];
 #pragma unroll
-  for (int i = 0; i < kWidth / 32; ++i) qv[i] = to_f32(q[(t * H + h) * kWidth + lane + 32 * i]) * scale;
+  for (int i = 0; i < kWidth / 32; ++i)
+    qv[i] = to_f32(q[(t * H + h) * kWidth + lane + 32 * i]) * scale;
   float acc[kLat / 32];
 #pragma unroll
   for (int i = 0; i < kLat / 32; ++i) acc[i] = 0.0f;
@@ -138,7 +149,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
       const int64_t i = base + threadIdx.x;
       int64_t j = -1;
       if (i < i1) j = topk ? int64_t(topk[int64_t(t) * topk_k + i]) : i;
-      rows[threadIdx.x] = (j >= 0 && j <= p) ? cache_row(block_table, max_blocks, block_size, s, j) : -1;
+      rows[threadIdx.x] =
+          (j >= 0 && j <= p) ? cache_row(block_table, max_blocks, block_size, s, j) : -1;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < kTile * kWidth; e += blockDim.x) {
@@ -182,10 +194,12 @@ __global__ void mla_combine_kernel(To* __restrict__ out, const float* __restrict
     const float w = expf(ml[s].x - M);
     L += w * ml[s].y;
 #pragma unroll
-    for (int i = 0; i < kLat / 128; ++i) o[i] += w * part_o[(th * n_splits + s) * kLat + threadIdx.x + 128 * i];
+    for (int i = 0; i < kLat / 128; ++i)
+      o[i] += w * part_o[(th * n_splits + s) * kLat + threadIdx.x + 128 * i];
   }
 #pragma unroll
-  for (int i = 0; i < kLat / 128; ++i) out[th * kLat + threadIdx.x + 128 * i] = from_f32<To>(o[i] / L);
+  for (int i = 0; i < kLat / 128; ++i)
+    out[th * kLat + threadIdx.x + 128 * i] = from_f32<To>(o[i] / L);
 }
 
 template <typename Tq, typename Tk, typename To>
@@ -226,7 +240,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     m = m_new;
   }
 #pragma unroll
-  for (int d = 0; d < kV / 32; ++d) out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
+  for (int d = 0; d < kV / 32; ++d)
+    out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
 }
 
 // Generic-shape attention (any latent / rope / head dims and head count: the small test models),
@@ -307,14 +322,15 @@ void launch_generic(Tensor out, Tensor q, const Tk* k, const Tk* v, int64_t k_st
   const bool sparse = topk_indices.data != nullptr;
   const int64_t topk_k = sparse ? topk_indices.size(1) : 0;
   const int64_t ld = sparse ? topk_k : m.block_table.size(1) * m.block_size;
-  auto* scores = static_cast<float*>(
-      scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
+  auto* scores =
+      static_cast<float*>(scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
   const int64_t* starts = paged ? nullptr : kv_starts(m);
-  mla_generic_kernel<Tq, Tk, To><<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
-      static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk, k_stride,
-      vd, v_stride, m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
-      paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1), m.block_size, starts,
-      sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
+  mla_generic_kernel<Tq, Tk, To>
+      <<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
+          static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk,
+          k_stride, vd, v_stride, m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+          m.n_seqs, paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1),
+          m.block_size, starts, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -337,14 +353,16 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
   if (n == 0) return;
   LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
   LtOperand b{as_dtype(q, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * qk, qk};
-  OSPREY_CHECK(lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width,
-                         int(H)),
-               "cuBLASLt refused the batched absorb GEMM");
-  OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
-    copy_rope_kernel<To, Ti><<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
-        static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
-        int(width), int(kv_lora));
-  }));
+  OSPREY_CHECK(
+      lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width, int(H)),
+      "cuBLASLt refused the batched absorb GEMM");
+  OSPREY_DISPATCH_FLOAT(
+      q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
+        copy_rope_kernel<To, Ti>
+            <<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
+                static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
+                int(width), int(kv_lora));
+      }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -374,10 +392,12 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
   OSPREY_CHECK(width == kv_lora + rope && latent.dtype == k_pe.dtype, "latent cache width ", width);
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
-    cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
-        static_cast<Tc*>(latent_cache.data), static_cast<const Ti*>(latent.data),
-        static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope));
-  }));
+                          cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
+                              static_cast<Tc*>(latent_cache.data),
+                              static_cast<const Ti*>(latent.data),
+                              static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(),
+                              int(kv_lora), int(rope));
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -389,10 +409,11 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
   if (rows == 0) return;
   const int64_t* starts = kv_starts(m);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
-    cache_gather_kernel<To, Tc><<<unsigned(rows), 128, 0, stream()>>>(
-        static_cast<To*>(out.data), static_cast<const Tc*>(latent_cache.data), starts, m.n_seqs,
-        m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, int(width));
-  }));
+                          cache_gather_kernel<To, Tc><<<unsigned(rows), 128, 0, stream()>>>(
+                              static_cast<To*>(out.data), static_cast<const Tc*>(latent_cache.data),
+                              starts, m.n_seqs, m.block_table.ptr<int32_t>(), m.block_table.size(1),
+                              m.block_size, int(width));
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -404,15 +425,18 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   const int64_t H = q.size(1);
   if (q.size(2) != kWidth || out.size(2) != kLat || H % kHeadsPerBlock != 0) {
     const int64_t width = latent_cache.size(-1);
-    OSPREY_CHECK(q.size(2) == width && out.size(0) == m.n_tokens && out.size(1) == H &&
-                     out.size(2) < width,
-                 "absorbed MLA shapes");
+    OSPREY_CHECK(
+        q.size(2) == width && out.size(0) == m.n_tokens && out.size(1) == H && out.size(2) < width,
+        "absorbed MLA shapes");
     if (m.n_tokens == 0) return;
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-      const Tc* c = static_cast<const Tc*>(latent_cache.data);
-      launch_generic<Tq, Tc, To>(out, q, c, c, width, width, out.size(2), m, topk_indices, scale,
-                                 /*paged=*/true);
-    })));
+    OSPREY_DISPATCH_FLOAT(
+        q.dtype, Tq,
+        OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+                                const Tc* c = static_cast<const Tc*>(latent_cache.data);
+                                launch_generic<Tq, Tc, To>(out, q, c, c, width, width, out.size(2),
+                                                           m, topk_indices, scale,
+                                                           /*paged=*/true);
+                              })));
     return;
   }
   OSPREY_CHECK(q.size(2) == kWidth && latent_cache.size(-1) == kWidth && out.size(2) == kLat &&
@@ -437,12 +461,14 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock), unsigned(n_splits));
   const size_t smem = size_t(kTile) * kWidth * sizeof(float);
   OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
-    mla_decode_kernel<Tq, Tc><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
-        part_o, part_ml, static_cast<const Tq*>(q.data), static_cast<const Tc*>(latent_cache.data),
-        m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(),
-        m.block_table.size(1), m.block_size, m.n_seqs,
-        sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, chunk, scale);
-  }));
+                          mla_decode_kernel<Tq, Tc><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
+                              part_o, part_ml, static_cast<const Tq*>(q.data),
+                              static_cast<const Tc*>(latent_cache.data),
+                              m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+                              m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size,
+                              m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H,
+                              chunk, scale);
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     mla_combine_kernel<To><<<unsigned(m.n_tokens * H), 128, 0, stream()>>>(
@@ -464,11 +490,13 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
                      k.dtype == v.dtype,
                  "expanded MLA shapes");
     if (m.n_tokens == 0) return;
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-      launch_generic<Tq, Tk, To>(out, q, static_cast<const Tk*>(k.data),
-                                 static_cast<const Tk*>(v.data), H * qk, H * vd, vd, m,
-                                 topk_indices, scale, /*paged=*/false);
-    })));
+    OSPREY_DISPATCH_FLOAT(
+        q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+                                             launch_generic<Tq, Tk, To>(
+                                                 out, q, static_cast<const Tk*>(k.data),
+                                                 static_cast<const Tk*>(v.data), H * qk, H * vd, vd,
+                                                 m, topk_indices, scale, /*paged=*/false);
+                                           })));
     return;
   }
   OSPREY_CHECK(q.size(2) == kQk && k.size(1) == H && k.size(2) == kQk && v.size(1) == H &&
@@ -479,13 +507,17 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
   const bool sparse = topk_indices.data != nullptr;
   const int64_t* starts = kv_starts(m);
   const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock));
-  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-    mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
-        static_cast<To*>(out.data), static_cast<const Tq*>(q.data), static_cast<const Tk*>(k.data),
-        static_cast<const Tk*>(v.data), starts, m.query_start_loc.ptr<int32_t>(),
-        m.positions.ptr<int32_t>(), m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr,
-        sparse ? topk_indices.size(1) : 0, H, scale);
-  })));
+  OSPREY_DISPATCH_FLOAT(
+      q.dtype, Tq,
+      OSPREY_DISPATCH_FLOAT(
+          k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+            mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
+                static_cast<To*>(out.data), static_cast<const Tq*>(q.data),
+                static_cast<const Tk*>(k.data), static_cast<const Tk*>(v.data), starts,
+                m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
+                sparse ? topk_indices.ptr<int32_t>() : nullptr, sparse ? topk_indices.size(1) : 0,
+                H, scale);
+          })));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
