@@ -48,9 +48,6 @@ struct PlainKeys {
     return to_f32(p[row * id + c]);
   }
 };
-__device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3)));
-}
 struct Fp8Keys {
   const uint8_t* __restrict__ p;
   int bs, id;
