@@ -5,6 +5,7 @@
 #   osprey on CUDA with its bf16 weights (FP8 indexer key cache, the default; and BF16 keys),
 #   osprey on CUDA with the weights FP8 block-quantized by `osprey quantize --ue8m0`,
 #   osprey on CUDA with sparsity off (--dense),
+#   osprey on CUDA with the FP8 latent cache (--kv-cache-dtype fp8, DeepSeek's fp8_ds_mla format),
 # then a summary table (accuracy, 95% Wilson interval, seconds). Reports, failures and logs go
 # into LOG_DIR. The CPU rows and the negative controls run anywhere (bench/RESULTS.md).
 # Usage: scripts/gpu_gate.sh OSPREY_BINARY LOG_DIR [--limit N] [--no-transformers]
@@ -49,6 +50,7 @@ row() {
 row cuda_bf16 --model "$model" --device cuda
 row cuda_bf16_keys --model "$model" --device cuda --bf16-index-keys
 row cuda_fp8 --model "$work/fp8" --device cuda
+row cuda_fp8_kv --model "$model" --device cuda --kv-cache-dtype fp8
 row cuda_dense --model "$model" --device cuda --dense
 
 if [[ $hf == 1 ]]; then
