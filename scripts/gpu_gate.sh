@@ -6,6 +6,7 @@
 #   osprey on CUDA with the weights FP8 block-quantized by `osprey quantize --ue8m0` (cuBLASLt's
 #   W8A8 block-scaled GEMM where the shape allows, and with every FP8 weight dequantised: w8a16),
 #   osprey on CUDA with sparsity off (--dense),
+#   osprey on CUDA with the FP8 latent cache (--kv-cache-dtype fp8, DeepSeek's fp8_ds_mla format),
 # then a summary table (accuracy, 95% Wilson interval, seconds). Reports, failures and logs go
 # into LOG_DIR. The CPU rows and the negative controls run anywhere (bench/RESULTS.md).
 # Usage: scripts/gpu_gate.sh OSPREY_BINARY LOG_DIR [--limit N] [--no-transformers]
@@ -51,6 +52,7 @@ row cuda_bf16 --model "$model" --device cuda
 row cuda_bf16_keys --model "$model" --device cuda --bf16-index-keys
 row cuda_fp8 --model "$work/fp8" --device cuda
 row cuda_fp8_w8a16 --model "$work/fp8" --device cuda --fp8-gemm w8a16
+row cuda_fp8_kv --model "$model" --device cuda --kv-cache-dtype fp8
 row cuda_dense --model "$model" --device cuda --dense
 
 if [[ $hf == 1 ]]; then

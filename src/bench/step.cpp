@@ -50,6 +50,7 @@ void run_step_benchmark(const StepOptions& o) {
     fp8 = w.layers[0].attn.kv_a_proj.weight.dtype == DType::F8_E4M3;
   }
   DeepseekModel model(c, std::move(w));
+  model.set_kv_cache_dtype(parse_kv_cache_dtype(o.kv_cache_dtype));
   size_t free_b = 0, total_b = 0;
   ops::cuda::memory_info(&free_b, &total_b);
   std::printf("model: %s, %d layers (%s), weights %s; GPU memory used %.1f GB of %.1f GB\n",
@@ -72,7 +73,11 @@ void run_step_benchmark(const StepOptions& o) {
   PagedKVCache cache = model.make_cache(blocks_per_seq * max_batch);
   // Random cache contents (never time on zeros): as if every sequence had `context` tokens.
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    ops::cuda::fill_uniform(cache.latent(l), o.seed + 100 + uint64_t(l), -1.0f, 1.0f);
+    // The FP8 latent cache (U8) likewise: e4m3 bytes in [-1, 1] everywhere, so the scales read as
+    // tiny finite fp32 and the rope part as finite bf16 (fine for timing).
+    Tensor lat = cache.latent(l);
+    if (lat.dtype == DType::U8) lat.dtype = DType::F8_E4M3;
+    ops::cuda::fill_uniform(lat, o.seed + 100 + uint64_t(l), -1.0f, 1.0f);
     if (c.has_indexer) {
       // The FP8 indexer cache (U8): e4m3 values in [-1, 1]; the scale slots then hold those bytes
       // too, read as fp32 tiny finite numbers (fine for timing).
@@ -96,8 +101,11 @@ void run_step_benchmark(const StepOptions& o) {
     Buffer logits(DType::F32, {B, c.vocab_size});
     const auto t = ops::cuda::time_events([&] { model.forward(batch.batch(), cache, logits); },
                                           o.warmup, o.iters);
-    rows.push_back({"decode B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), t,
-                    decode_cost(c, fp8, B, o.context), B});
+    rows.push_back(
+        {"decode B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), t,
+         decode_cost(c, fp8, B, o.context,
+                     PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
+         B});
   }
   if (o.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(o.prefill));

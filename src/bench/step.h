@@ -19,6 +19,7 @@ struct StepOptions {
   int warmup = 3, iters = 20, prefill_iters = 5;
   uint64_t seed = 0;
   bool fp8 = true;  // dummy weights: FP8 linears (as the checkpoint would have them)
+  std::string kv_cache_dtype = "auto";  // the latent cache: auto (BF16) | bf16 | fp8
 };
 
 void run_step_benchmark(const StepOptions& o);

@@ -74,15 +74,19 @@ double expected_experts(int n_experts, int top_k, int64_t tokens) {
   return double(n_experts) * (1.0 - std::pow(1.0 - double(top_k) / n_experts, double(tokens)));
 }
 
-StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context) {
+StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context,
+                     int64_t latent_token_bytes) {
   StepCost s;
+  const double row_bytes = latent_token_bytes > 0
+                               ? double(latent_token_bytes)
+                               : double(c.kv_lora_rank + c.qk_rope_head_dim) * 2.0;
   const LayerParts p = parts(c, fp8);
   s.experts_touched = expected_experts(c.n_routed_experts, c.num_experts_per_tok, batch);
   const int64_t attended = c.has_indexer ? std::min<int64_t>(context, c.index_topk) : context;
   double active = 0;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     add_layer_weights(c, p, l, s.experts_touched, &s.weight_bytes, &active);
-    s.cache_bytes += double(batch) * attended * (c.kv_lora_rank + c.qk_rope_head_dim) * 2.0;
+    s.cache_bytes += double(batch) * double(attended) * row_bytes;
     if (c.has_indexer) s.cache_bytes += double(batch) * double(context) * c.index_head_dim * 2.0;
     const double H = c.num_attention_heads;
     s.flops += double(batch) * attended * 2.0 * H * (2.0 * c.kv_lora_rank + c.qk_rope_head_dim);

@@ -4,7 +4,8 @@
 //   128×128 block; BF16: 2; norms and the router F32: 4); per MoE layer the router, the shared
 //   expert and the experts the batch touches (uniform expectation 256·(1 − (1 − k/256)^tokens)).
 //   Caches (osprey's GPU format, BF16): latent rows attended, (kv_lora + rope)·2 bytes per token
-//   per layer, min(context, index_topk) per sequence with DSA; indexer keys scored,
+//   per layer (or latent_token_bytes when given: 656 for the FP8 latent cache at 512 + 64),
+//   min(context, index_topk) per sequence with DSA; indexer keys scored,
 //   index_head_dim·2 bytes per token per layer, the whole context.
 //   FLOPs: 2 · active parameters · tokens, plus attention (absorbed decode: 2·H·(2·kv_lora + rope)
 //   per attended row; expanded prefill: 2·H·(qk + v) per attended pair, plus kv_b decompression),
@@ -29,7 +30,9 @@ struct StepCost {
 double expected_experts(int n_experts, int top_k, int64_t tokens);
 
 // `batch` sequences each decoding one token at context `context` (cached + the new token).
-StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context);
+// latent_token_bytes: one cached latent row's bytes (0: BF16, 2·(kv_lora + rope)).
+StepCost decode_cost(const ModelConfig& c, bool fp8, int batch, int64_t context,
+                     int64_t latent_token_bytes = 0);
 // One sequence prefilling `tokens` tokens from position 0.
 StepCost prefill_cost(const ModelConfig& c, bool fp8, int64_t tokens);
 

@@ -163,6 +163,9 @@ void add_step(CLI::App& bench) {
   sub->add_option("--seed", a->seed, "random weights, cache contents and tokens")
       ->capture_default_str();
   sub->add_flag("!--bf16", a->fp8, "dummy weights: BF16 linears instead of FP8");
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "latent KV cache: auto (BF16) | bf16 | fp8 (DeepSeek's fp8_ds_mla format)")
+      ->capture_default_str();
   sub->callback([a, batches] {
     if (a->load_format != "auto" && a->load_format != "dummy")
       fail("--load-format must be auto or dummy, got '", a->load_format, "'");

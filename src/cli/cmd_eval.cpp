@@ -22,6 +22,7 @@
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
+#include "kv/kv_cache_dtype.h"
 #include "ops/gemm.h"
 
 namespace osprey::cli {
@@ -31,7 +32,7 @@ struct Args {
   std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
                                    failures = "arith_failures.jsonl";
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
-                      fp8_gemm = "w8a8";
+                      fp8_gemm = "w8a8", kv_cache_dtype = "auto";
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
@@ -54,6 +55,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
 #ifdef OSPREY_WITH_CUDA
   ops::cuda::set_fp8_block_scaled(a.fp8_gemm == "w8a8");
 #endif
+  b.model->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   ModelAblation ab;
   ab.zero_attention_layer = a.zero_attention_layer;
   ab.indexer_recent = a.indexer_recent;
@@ -66,7 +68,8 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   if (ab.indexer_recent && ab.dense_attention)
     fail("--indexer-recent and --dense exclude each other");
   b.model->set_ablation(ab);
-  *label = dir + " on " + a.device + (c.quant.fp8 ? " (FP8 weights)" : "");
+  *label = dir + " on " + a.device + (c.quant.fp8 ? " (FP8 weights)" : "") +
+           (b.model->fp8_latent_cache() ? " (FP8 latent cache)" : "");
 
   std::vector<std::vector<int32_t>> prompts;
   size_t longest = 0;
@@ -149,8 +152,12 @@ void run(const Args& a) {
   if (a.task != "arith") fail("unknown task '", a.task, "' (tasks: arith)");
   if (a.device != "cpu" && a.device != "cuda")
     fail("--device must be cpu or cuda, got '", a.device, "'");
-  if (!a.server.empty() && (a.device != "cpu" || a.bf16_index_keys))
-    fail("--device and --bf16-index-keys act on the model here: use --model");
+  const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
+  if (!a.server.empty() &&
+      (a.device != "cpu" || a.bf16_index_keys || kv_dtype != KvCacheDtype::Auto))
+    fail(
+        "--device, --bf16-index-keys and --kv-cache-dtype act on the model here: use --model (the "
+        "server takes its own --kv-cache-dtype)");
   if (a.fp8_gemm != "w8a8" && a.fp8_gemm != "w8a16")
     fail("--fp8-gemm must be w8a8 or w8a16, got '", a.fp8_gemm, "'");
   if (a.fp8_gemm != "w8a8" && a.device != "cuda")
@@ -193,6 +200,7 @@ void run(const Args& a) {
                               {"device", a.server.empty() ? a.device : "server"},
                               {"bf16_index_keys", a.bf16_index_keys},
                               {"fp8_gemm", a.fp8_gemm},
+                              {"kv_cache_dtype", a.kv_cache_dtype},
                               {"seconds", secs}};
     f << j.dump(1) << "\n";
   }
@@ -212,6 +220,9 @@ void register_cmd(CLI::App& app) {
                   "dequantised to BF16");
   sub->add_flag("--bf16-index-keys", a->bf16_index_keys,
                 "--device cuda: the indexer key cache in BF16 instead of FP8 (the default)");
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "latent KV cache of --model: auto (default) | bf16 (--device cuda) | fp8 "
+                  "(DeepSeek's fp8_ds_mla format)");
   sub->add_option("--server", a->server,
                   "an OpenAI-compatible server's base URL (http://host:port)");
   sub->add_option("--served-model", a->served_model,

@@ -9,13 +9,14 @@
 #include "engine/engine.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
+#include "kv/kv_cache_dtype.h"
 #include "model/greedy.h"
 
 namespace osprey::cli {
 namespace {
 
 struct Args {
-  std::string model, tokens, prompt, system, chat_format = "auto";
+  std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto";
   bool raw = false, thinking = false, ignore_eos = false;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
@@ -25,6 +26,7 @@ struct Args {
 
 void run_tokens(const Args& a, const std::string& dir) {
   auto m = load_model_cpu(dir);
+  m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   GreedyOptions o;
   o.max_new_tokens = a.max_tokens;
@@ -42,6 +44,7 @@ void run_prompt(const Args& a, const std::string& dir) {
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
   ModelBundle b = load_model_bundle(dir, bo);
+  b.model->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   std::vector<int32_t> prompt;
   if (a.raw) {
     prompt = b.encode_text(a.prompt);
@@ -86,6 +89,7 @@ void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
   if (a.tokens.empty() == a.prompt.empty())
     fail("generate needs exactly one of --prompt or --tokens");
+  parse_kv_cache_dtype(a.kv_cache_dtype);  // a bad value fails before the model loads
   const std::string dir = resolve_model_dir(a.model);
   if (!a.tokens.empty())
     run_tokens(a, dir);
@@ -103,6 +107,8 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--system", args->system, "a system message");
   sub->add_option("--chat-format", args->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple");
+  sub->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                  "latent KV cache: auto (default, F32) | fp8 (DeepSeek's fp8_ds_mla format)");
   sub->add_flag("--raw", args->raw, "encode the prompt as plain text, no chat format");
   sub->add_flag("--thinking", args->thinking, "thinking mode (deepseek-v3.1 format)");
   sub->add_option("--max-tokens", args->max_tokens,

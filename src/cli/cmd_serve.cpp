@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/memory_profile.h"
 #include "engine/tokenizer_decoder.h"
+#include "kv/kv_cache_dtype.h"
 #include "server/openai_server.h"
 
 namespace osprey::cli {
@@ -20,7 +21,7 @@ namespace {
 
 struct Args {
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
-                     load_format = "auto", chat_format = "auto";
+                     load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto";
   int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
       io_threads = 2;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
@@ -46,6 +47,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
     fail("--gpu-memory-utilization must be in (0, 1), got ", a.gpu_memory_utilization);
   if (a.load_format != "auto" && a.load_format != "dummy" && a.load_format != "safetensors")
     fail("--load-format must be auto, safetensors or dummy, got '", a.load_format, "'");
+  const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   const std::string dir = resolve_model_dir(a.model);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
@@ -53,6 +55,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   bo.dummy_seed = a.seed;
   bo.device = cuda ? Device::CUDA : Device::CPU;
   ModelBundle bundle = load_model_bundle(dir, bo);
+  bundle.model->set_kv_cache_dtype(kv_dtype);
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
@@ -116,9 +119,13 @@ void run(const Args& a, bool kv_given, bool util_given) {
   std::fprintf(
       stderr,
       "osprey serve: %s as '%s' on http://%s:%d (%s, max_model_len %d, %lld KV blocks of %d "
-      "tokens, max_num_seqs %d, %s)\n",
+      "tokens, latent cache %s, max_num_seqs %d, %s)\n",
       dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(), a.device.c_str(),
-      engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize, a.max_num_seqs,
+      engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize,
+      bundle.model->fp8_latent_cache() ? "fp8"
+      : cuda                           ? "bf16"
+                                       : "f32",
+      a.max_num_seqs,
       bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data()
                        : "no tokenizer");
   std::fflush(stderr);
@@ -147,6 +154,10 @@ void register_cmd(CLI::App& app) {
       "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "latent KV cache: auto (default: F32 on cpu, BF16 on cuda) | bf16 (cuda) | fp8 "
+                  "(DeepSeek's fp8_ds_mla: e4m3 + a scale per 128, rope bf16: 656 B per token and "
+                  "layer at V3.2 shapes, BF16 1152)");
   sub->add_option("--load-format", a->load_format,
                   "auto | safetensors | dummy (random weights, config.json only)");
   sub->add_option("--chat-format", a->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple");

@@ -27,10 +27,7 @@ SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg
 
 int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
   const int64_t n =
-      cfg.num_blocks > 0
-          ? cfg.num_blocks
-          : cfg.kv_cache_bytes / PagedKVCache::bytes_per_block(m.config(), kBlockSize, m.device(),
-                                                              m.fp8_index_keys());
+      cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / m.kv_bytes_per_block();
   if (n * kBlockSize < s.max_model_len)
     fail("the KV cache (", n, " blocks of ", kBlockSize,
          " tokens) cannot hold one sequence of "

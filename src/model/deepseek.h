@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/storage.h"
+#include "kv/kv_cache_dtype.h"
 #include "kv/paged_cache.h"
 #include "model/ablation.h"
 #include "model/config.h"
@@ -49,7 +50,12 @@ class DeepseekModel {
   Device device() const { return device_; }
   // A paged cache of n_blocks on the model's device.
   PagedKVCache make_cache(int64_t n_blocks) const {
-    return PagedKVCache(config_, n_blocks, kBlockSize, device_, fp8_index_keys_);
+    return PagedKVCache(config_, n_blocks, kBlockSize, device_, fp8_index_keys_, fp8_latent_);
+  }
+  // Bytes one cache block takes across all layers in the formats make_cache uses.
+  int64_t kv_bytes_per_block() const {
+    return PagedKVCache::bytes_per_block(config_, kBlockSize, device_, fp8_index_keys_,
+                                         fp8_latent_);
   }
   // CUDA: the indexer key cache in the FP8 format (default, as DeepSeek deploys it) or in BF16
   // (as transformers computes the indexer, for comparisons with it). Caches made afterwards use it.
@@ -62,6 +68,14 @@ class DeepseekModel {
   // The server sets it to max_model_len, the widest single sequence its profile step measures.
   void set_max_expanded_kv_rows(int64_t rows) { max_expanded_kv_rows_ = rows; }
   int64_t max_expanded_kv_rows() const { return max_expanded_kv_rows_; }
+  // The latent cache's format (kv/kv_cache_dtype.h, `--kv-cache-dtype`): Fp8 is DeepSeek's FP8
+  // format on either device; Auto and Bf16 the default (Bf16 is refused on the CPU). Fails
+  // (osprey::Error) where the model cannot use it. Caches made afterwards use it.
+  void set_kv_cache_dtype(KvCacheDtype d) {
+    check_kv_cache_dtype(d, config_, device_);
+    fp8_latent_ = d == KvCacheDtype::Fp8;
+  }
+  bool fp8_latent_cache() const { return fp8_latent_; }
   // Negative controls for `osprey eval` (model/ablation.h); every forward uses them until reset.
   void set_ablation(const ModelAblation& a) { ablation_ = a; }
   const ModelAblation& ablation() const { return ablation_; }
@@ -98,6 +112,7 @@ class DeepseekModel {
   float softmax_scale_;
   ModelAblation ablation_;
   bool fp8_index_keys_ = true;
+  bool fp8_latent_ = false;
 };
 
 }  // namespace osprey

@@ -34,6 +34,9 @@ TEST(StepCost, Dsv32DecodeBytes) {
   // Context 1000 < 2048: every row attended.
   EXPECT_DOUBLE_EQ(decode_cost(c, true, 1, 1000).cache_bytes,
                    5.0 * (1000.0 * 576 * 2 + 1000.0 * 128 * 2));
+  // The FP8 latent cache: 656-byte rows.
+  EXPECT_DOUBLE_EQ(decode_cost(c, true, 1, 5000, 656).cache_bytes,
+                   5.0 * (2048.0 * 656 + 5000.0 * 128 * 2));
 }
 
 TEST(StepCost, PrefillFlopsAreDominatedByTwiceTheActiveParameters) {

@@ -19,6 +19,15 @@ const DeepseekModel& model() {
       load_model_cpu(std::string(OSPREY_TEST_DATA) + "/models/v32-tiny");
   return *m;
 }
+// The same model with the FP8 latent cache (--kv-cache-dtype fp8).
+const DeepseekModel& fp8_model() {
+  static std::unique_ptr<DeepseekModel> m = [] {
+    auto p = load_model_cpu(std::string(OSPREY_TEST_DATA) + "/models/v32-tiny");
+    p->set_kv_cache_dtype(KvCacheDtype::Fp8);
+    return p;
+  }();
+  return *m;
+}
 
 std::vector<int32_t> tokens(int n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -49,20 +58,21 @@ std::vector<std::vector<int32_t>> mixed_prompts() {
   return p;
 }
 
-std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int n) {
+std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int n,
+                           const DeepseekModel& m = model()) {
   GreedyOptions o;
   o.max_new_tokens = n;
   o.stop_at_eos = false;
-  return greedy_generate(model(), prompt, o);
+  return greedy_generate(m, prompt, o);
 }
 
-void expect_matches_alone(const EngineConfig& cfg) {
-  Engine e(model(), cfg);
+void expect_matches_alone(const EngineConfig& cfg, const DeepseekModel& m = model()) {
+  Engine e(m, cfg);
   const auto prompts = mixed_prompts();
   std::vector<SamplingParams> params(prompts.size(), greedy(12));
   const auto results = e.generate(prompts, params);
   for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(results[i].tokens, alone(prompts[i], 12)) << "prompt " << i;
+    EXPECT_EQ(results[i].tokens, alone(prompts[i], 12, m)) << "prompt " << i;
   EXPECT_EQ(e.block_pool().n_held(), 0) << "leaked blocks";
   EXPECT_FALSE(e.has_unfinished());
 }
@@ -82,6 +92,33 @@ TEST(Engine, SmallChunksMatch) {
   cfg.max_model_len = 512;
   cfg.max_num_batched_tokens = 13;  // prompts prefilled in many chunks, beside decodes
   expect_matches_alone(cfg);
+}
+
+// The FP8 latent cache: batched and chunked runs still give each prompt's own greedy tokens (the
+// quantization of a token does not depend on its batch), and the same KV memory holds more blocks.
+TEST(Engine, Fp8LatentCacheMatchesAloneAndHoldsMoreBlocks) {
+  EngineConfig cfg;
+  cfg.num_blocks = 64;
+  cfg.max_model_len = 512;
+  cfg.max_num_batched_tokens = 29;
+  expect_matches_alone(cfg, fp8_model());
+
+  EngineConfig by_bytes;
+  by_bytes.max_model_len = 512;
+  by_bytes.kv_cache_bytes = int64_t(64) << 20;
+  const ModelConfig& c = model().config();
+  const int64_t f32_blocks = Engine(model(), by_bytes).stats().kv_blocks_total;
+  const int64_t fp8_blocks = Engine(fp8_model(), by_bytes).stats().kv_blocks_total;
+  // CPU: the F32 latent row is 4·(kv_lora + rope) bytes, the FP8 one kv_lora + kv_lora/32 + 2·rope.
+  const int64_t index = c.index_head_dim * 4;
+  const int64_t per_block_f32 =
+      (4 * (c.kv_lora_rank + c.qk_rope_head_dim) + index) * kBlockSize * c.num_hidden_layers;
+  const int64_t per_block_fp8 =
+      (c.kv_lora_rank + c.kv_lora_rank / 32 + 2 * c.qk_rope_head_dim + index) * kBlockSize *
+      c.num_hidden_layers;
+  EXPECT_EQ(f32_blocks, by_bytes.kv_cache_bytes / per_block_f32);
+  EXPECT_EQ(fp8_blocks, by_bytes.kv_cache_bytes / per_block_fp8);
+  EXPECT_GT(fp8_blocks, 2 * f32_blocks);
 }
 
 TEST(Engine, PreemptionMatches) {

@@ -1,6 +1,7 @@
 // The forward pass on the GPU (the same DeepseekModel code, weights as load_weights_cuda stores
-// them: BF16, or FP8 e4m3 + block scales for the FP8 checkpoint; BF16 paged caches; F32
-// activations) against transformers' goldens and against the CPU model on the same weights.
+// them: BF16, or FP8 e4m3 + block scales for the FP8 checkpoint; BF16 paged caches, or the FP8
+// latent cache against the CPU's FP8 cache; F32 activations) against transformers' goldens and
+// against the CPU model on the same weights.
 // Built always; skips without the CUDA backend or a GPU. The tolerances are relative (max abs
 // error over max abs reference) and stated per model: BF16 weights and activations rounded to
 // BF16 inside each GEMM give ~1e-2; the FP8 model also quantizes activations to e4m3 per 1×128
@@ -201,6 +202,31 @@ TEST_P(GpuGoldenTest, MatchesTheCpuModel) {
                         g, cl, gd, cd, c, logit_tol(GetParam()), fp == nullptr);
       // Not trivially equal either: the GPU really ran in reduced precision.
       EXPECT_GT(rel_error(g, cl), 0.0);
+    }
+  }
+}
+
+// The FP8 latent cache (--kv-cache-dtype fp8, DeepSeek's format) on both devices: the GPU model
+// reading its FP8 cache against the CPU model reading its own. The twins quantize identically
+// (tests/ops/test_cuda_mla.cpp), but the GPU's latents differ from the CPU's by the BF16 GEMMs'
+// rounding, and a latent value near an e4m3 rounding boundary then rounds the other way (one e4m3
+// step, 1/8 of it): the tolerance is twice the BF16 cache's.
+TEST_P(GpuGoldenTest, Fp8LatentCacheMatchesTheCpuModel) {
+  const ModelConfig& c = model_->config();
+  model_->set_kv_cache_dtype(KvCacheDtype::Fp8);
+  cpu_->set_kv_cache_dtype(KvCacheDtype::Fp8);
+  for (const char* s : {"a", "b"}) {
+    const std::vector<int32_t> tokens = to_ids(golden_->get(std::string("tokens.") + s));
+    const std::vector<Tensor> f = forced(s);
+    const std::vector<Tensor>* fp = f.empty() ? nullptr : &f;
+    for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
+      TensorDump gd, cd;
+      Buffer g = prefill_logits(*model_, tokens, {path, &gd, fp});
+      Buffer cl = prefill_logits(*cpu_, tokens, {path, &cd, fp});
+      expect_rows_close(GetParam() + " seq " + s +
+                            (path == AttentionPath::Expanded ? " expanded" : " absorbed") +
+                            " FP8 latent cache GPU vs CPU",
+                        g, cl, gd, cd, c, 2 * logit_tol(GetParam()), fp == nullptr);
     }
   }
 }

@@ -161,6 +161,28 @@ TEST(Cli, GenerateMatchesTheLibrary) {
   EXPECT_NE(log.find(want + "\n"), std::string::npos) << log;
 }
 
+// --kv-cache-dtype fp8: the FP8 latent cache (the library's set_kv_cache_dtype), same tokens.
+TEST(Cli, GenerateWithTheFp8LatentCacheMatchesTheLibrary) {
+  std::string log;
+  ASSERT_EQ(run_osprey("generate --model " + model_dir("v3-tiny") +
+                           " --tokens 4,5,6 --max-tokens 8 --ignore-eos --kv-cache-dtype fp8",
+                       &log),
+            0)
+      << log;
+  GreedyOptions o;
+  o.max_new_tokens = 8;
+  o.stop_at_eos = false;
+  auto m = load_model_cpu(model_dir("v3-tiny"));
+  m->set_kv_cache_dtype(KvCacheDtype::Fp8);
+  const auto ids = greedy_generate(*m, {4, 5, 6}, o);
+  std::string want;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) want += ',';
+    want += std::to_string(ids[i]);
+  }
+  EXPECT_NE(log.find(want + "\n"), std::string::npos) << log;
+}
+
 TEST(Cli, BadInputGetsAMessage) {
   std::string log;
   EXPECT_EQ(run_osprey("logits --model " + model_dir("v3-tiny") + " --tokens 4,x,6", &log), 1);
@@ -169,6 +191,16 @@ TEST(Cli, BadInputGetsAMessage) {
   EXPECT_NE(log.find("outside the vocabulary"), std::string::npos) << log;
   EXPECT_EQ(run_osprey("generate --model /nonexistent --tokens 1", &log), 1);
   EXPECT_NE(log.find("/nonexistent"), std::string::npos) << log;
+  EXPECT_EQ(
+      run_osprey("generate --model " + model_dir("v3-tiny") + " --tokens 1 --kv-cache-dtype fp9",
+                 &log),
+      1);
+  EXPECT_NE(log.find("--kv-cache-dtype must be auto, bf16 or fp8"), std::string::npos) << log;
+  EXPECT_EQ(
+      run_osprey("generate --model " + model_dir("v3-tiny") + " --tokens 1 --kv-cache-dtype bf16",
+                 &log),
+      1);
+  EXPECT_NE(log.find("applies to --device cuda"), std::string::npos) << log;
   EXPECT_EQ(run_osprey("make-model --preset nope --out " + tmp("x"), &log), 1);
   EXPECT_NE(log.find("unknown preset"), std::string::npos) << log;
 }

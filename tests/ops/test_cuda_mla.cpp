@@ -1,6 +1,10 @@
 // CUDA MLA twins against the CPU twins on DeepSeek-V3.2 shapes: 128 heads, latent 512 + rope 64,
-// nope 128, v 128, paged cache of 64-token blocks, contexts up to 16k, DSA top-2048 indices.
+// nope 128, v 128, paged cache of 64-token blocks, contexts up to 16k, DSA top-2048 indices; the
+// cache in F32, BF16 and DeepSeek's FP8 format (656 B/token, identical bytes from both twins).
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "ops/mla.h"
@@ -102,6 +106,133 @@ TEST(CudaOps, MlaAttentionAbsorbedSparse) {
   OSPREY_REQUIRE_GPU();
   absorbed_case(true, DType::F32);
   absorbed_case(true, DType::BF16);
+}
+
+// The FP8 latent cache (U8 [n_blocks, 64, kv_lora + 4·kv_lora/128 + 2·rope], ops/mla.h): the CUDA
+// twin must write the CPU twin's bytes exactly (same tile amax, amax/448 scale, RNE e4m3, RNE bf16
+// rope) and read them the same way. Every slot first holds a quantized random row (tiles of varied
+// magnitude), so reads of rows this step did not write are checked too.
+
+// printf into a std::string (GCC 12 warns, falsely, on chains of std::string + to_string).
+template <typename... A>
+std::string strf(const char* f, A... a) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
+
+// A random latent [n, kv_lora] whose 128-value tiles differ in magnitude (×0.5 .. ×3.5, and one
+// tile in 11 all zero: the FLT_MIN scale floor), and k_pe [n, rope].
+void fp8_inputs(Buffer& latent, Buffer& k_pe, int64_t n, int64_t lora, int64_t rope) {
+  latent = rand_f32({n, lora});
+  k_pe = rand_f32({n, rope}, -2.0f, 2.0f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < lora; ++c) {
+      const int64_t tile = r * (lora / 128) + c / 128;
+      latent.f32()[r * lora + c] *= tile % 11 == 3 ? 0.0f : float(1 + tile % 7) * 0.5f;
+    }
+}
+
+// A CPU FP8 cache [n_blocks, 64, bytes] with every slot written.
+Buffer filled_fp8_cache(int64_t n_blocks, int64_t lora, int64_t rope) {
+  const int64_t n_slots = n_blocks * 64;
+  Buffer latent, k_pe;
+  fp8_inputs(latent, k_pe, n_slots, lora, rope);
+  Buffer slots(DType::I64, {n_slots});
+  for (int64_t r = 0; r < n_slots; ++r) slots.ptr<int64_t>()[r] = r;
+  AttentionMeta fill{1, int(n_slots), 64, {}, {}, {}, {}, slots, {}};
+  Buffer cache(DType::U8, {n_blocks, 64, ops::mla_fp8_token_bytes(lora, rope)});
+  ops::mla_cache_write(cache, latent, k_pe, fill);
+  return cache;
+}
+
+// Bytes that differ between the device cache and the host one; prints a TWIN line.
+int64_t expect_same_bytes(const std::string& name, const Tensor& dev, const Buffer& host) {
+  cuda::synchronize();
+  Buffer got = cuda::to_host(dev);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) bad += got.ptr<uint8_t>()[i] != host.ptr<uint8_t>()[i];
+  std::printf("TWIN %-44s differing bytes %lld of %lld  %s\n", name.c_str(),
+              static_cast<long long>(bad), static_cast<long long>(host.numel()),
+              bad ? "FAIL" : "ok");
+  EXPECT_EQ(bad, 0) << name << ": FP8 cache bytes differ between the twins";
+  return bad;
+}
+
+void fp8_write_gather_case(int64_t lora, int64_t rope, const std::vector<int>& ctx,
+                           const std::vector<int>& n_new) {
+  Batch b = make_batch(ctx, n_new);
+  const int64_t n = b.host.n_tokens, width = lora + rope;
+  const std::string shape =
+      strf("[%lld+%lld]", static_cast<long long>(lora), static_cast<long long>(rope));
+  for (DType in : {DType::F32, DType::BF16}) {
+    Buffer cache = filled_fp8_cache(b.n_blocks, lora, rope);
+    Buffer latent, k_pe;
+    fp8_inputs(latent, k_pe, n, lora, rope);
+    if (in == DType::BF16) {  // the same values reach both twins
+      round_bf16(latent);
+      round_bf16(k_pe);
+    }
+    DeviceBuffer d_cache = upload(cache), d_lat = upload(latent, in), d_pe = upload(k_pe, in);
+    ops::mla_cache_write(cache, latent, k_pe, b.host);
+    ops::mla_cache_write(d_cache, d_lat, d_pe, b.dev);
+    expect_same_bytes(
+        strf("mla_cache_write FP8 %s in %s", shape.c_str(), in == DType::F32 ? "F32" : "BF16"),
+        d_cache, cache);
+    if (in == DType::BF16) continue;
+    Buffer ref(DType::F32, {b.total_ctx, width});
+    ops::mla_cache_gather(ref, cache, b.host);
+    DeviceBuffer d_out = poisoned(DType::F32, {b.total_ctx, width});
+    ops::mla_cache_gather(d_out, d_cache, b.dev);
+    expect_close(strf("mla_cache_gather FP8 %s ->F32 [%lld]", shape.c_str(),
+                      static_cast<long long>(b.total_ctx)),
+                 download(d_out), ref, 0.0);
+  }
+}
+
+TEST(CudaOps, MlaFp8CacheWriteGather) {
+  OSPREY_REQUIRE_GPU();
+  fp8_write_gather_case(kLora, kRopeDim, {16384, 300, 1, 1000}, {2, 300, 1, 7});
+  fp8_write_gather_case(128, 16, {700, 65, 3}, {1, 65, 2});  // the test models' latent
+}
+
+// Absorbed attention over an FP8 cache, GPU vs the CPU twin reading the same bytes. lora + rope:
+// 512 + 64 with H = 128 takes the split-KV decode kernel; 128 + 16 with 4 heads the generic one.
+void absorbed_fp8_case(bool sparse, DType dt, int64_t lora, int64_t rope, int64_t heads,
+                       const std::vector<int>& ctx, const std::vector<int>& n_new, int topk_k) {
+  Batch b = make_batch(ctx, n_new);
+  const int64_t n = b.host.n_tokens, width = lora + rope;
+  Buffer cache = filled_fp8_cache(b.n_blocks, lora, rope), q = rand_f32({n, heads, width});
+  if (dt == DType::BF16) round_bf16(q);
+  Buffer topk = sparse ? random_topk(b, topk_k) : Buffer();
+  Buffer ref(DType::F32, {n, heads, lora});
+  ops::mla_attention_absorbed(ref, q, cache, b.host, sparse ? topk.view() : Tensor{}, kScale);
+  DeviceBuffer d_cache = upload(cache), dq = upload(q, dt), d_out = poisoned(dt, {n, heads, lora});
+  DeviceBuffer d_topk = sparse ? cuda::to_device(topk) : DeviceBuffer();
+  ops::mla_attention_absorbed(d_out, dq, d_cache, b.dev, sparse ? d_topk.view() : Tensor{}, kScale);
+  int max_ctx = 0;
+  for (int c : ctx) max_ctx = std::max(max_ctx, c);
+  const std::string attended = sparse ? strf("top-%d", topk_k) : std::string("dense");
+  expect_close(strf("mla_attention_absorbed FP8 [%lld+%lld] %s ctx<=%d %s",
+                    static_cast<long long>(lora), static_cast<long long>(rope), attended.c_str(),
+                    max_ctx, dt == DType::F32 ? "F32" : "BF16"),
+               download(d_out), ref, dt == DType::F32 ? 1e-5 : 1e-2);
+}
+
+TEST(CudaOps, MlaFp8AttentionAbsorbedDense) {
+  OSPREY_REQUIRE_GPU();
+  const std::vector<int> ctx = {16384, 4000, 777, 1, 2048}, n_new = {1, 1, 1, 1, 3};
+  absorbed_fp8_case(false, DType::F32, kLora, kRopeDim, H, ctx, n_new, 0);
+  absorbed_fp8_case(false, DType::BF16, kLora, kRopeDim, H, ctx, n_new, 0);
+  absorbed_fp8_case(false, DType::F32, 128, 16, 4, {300, 70, 5}, {1, 2, 5}, 0);
+}
+
+TEST(CudaOps, MlaFp8AttentionAbsorbedSparse) {
+  OSPREY_REQUIRE_GPU();
+  const std::vector<int> ctx = {16384, 4000, 777, 1, 2048}, n_new = {1, 1, 1, 1, 3};
+  absorbed_fp8_case(true, DType::F32, kLora, kRopeDim, H, ctx, n_new, kTopk);
+  absorbed_fp8_case(true, DType::BF16, kLora, kRopeDim, H, ctx, n_new, kTopk);
+  absorbed_fp8_case(true, DType::F32, 128, 16, 4, {300, 70, 5}, {1, 2, 5}, 32);
 }
 
 void expanded_case(bool sparse) {

@@ -1,12 +1,16 @@
 // CPU MLA: plain loops over (token, head, context position), softmax in F32 with the max
-// subtracted, accumulation in F32.
+// subtracted, accumulation in F32. The FP8 (U8) latent cache format of ops/mla.h is written and
+// read with plain loops: the reference for the CUDA twin. Reads dequantize the rows first, then
+// run the same arithmetic as for an F32 cache holding the dequantized values.
 #include "ops/mla.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace osprey::ops::cpu {
@@ -35,6 +39,51 @@ void attended(std::vector<int64_t>& js, const Tensor& topk, int64_t t, int64_t p
   std::sort(js.begin(), js.end());
 }
 
+// FP8 cache: checks a U8 cache [n_blocks, block_size, bytes] against kv_lora + rope.
+void check_fp8_cache(const Tensor& c, int64_t kv_lora, int64_t rope) {
+  OSPREY_CHECK(mla_fp8_supported(kv_lora, rope),
+               "FP8 latent cache: kv_lora must be a multiple of 128 and rope even, got ", kv_lora,
+               " + ", rope);
+  OSPREY_CHECK(c.dtype == DType::U8 && c.size(-1) == mla_fp8_token_bytes(kv_lora, rope),
+               "FP8 latent cache row of ", c.size(-1), " bytes, want ",
+               mla_fp8_token_bytes(kv_lora, rope), " for ", kv_lora, " + ", rope);
+}
+
+// One token into its FP8 row dst [mla_fp8_token_bytes]: per 128-value tile amax, scale, RNE e4m3
+// values; then the scales; then k_pe as bf16.
+void fp8_quantize_row(uint8_t* dst, const float* latent, const float* k_pe, int64_t kv_lora,
+                      int64_t rope) {
+  const int64_t n_tiles = kv_lora / kMlaFp8Tile;
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    const float* x = latent + i * kMlaFp8Tile;
+    float amax = 0.0f;
+    for (int64_t c = 0; c < kMlaFp8Tile; ++c) amax = std::max(amax, std::fabs(x[c]));
+    const float s = mla_fp8_scale(amax);
+    for (int64_t c = 0; c < kMlaFp8Tile; ++c) dst[i * kMlaFp8Tile + c] = f32_to_e4m3(x[c] / s);
+    std::memcpy(dst + kv_lora + 4 * i, &s, 4);
+  }
+  for (int64_t c = 0; c < rope; ++c) {
+    const uint16_t b = f32_to_bf16(k_pe[c]);
+    std::memcpy(dst + kv_lora + 4 * n_tiles + 2 * c, &b, 2);
+  }
+}
+
+// One FP8 row src into out [kv_lora + rope] F32.
+void fp8_dequantize_row(float* out, const uint8_t* src, int64_t kv_lora, int64_t rope) {
+  const int64_t n_tiles = kv_lora / kMlaFp8Tile;
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    float s;
+    std::memcpy(&s, src + kv_lora + 4 * i, 4);
+    for (int64_t c = i * kMlaFp8Tile; c < (i + 1) * kMlaFp8Tile; ++c)
+      out[c] = e4m3_to_f32(src[c]) * s;
+  }
+  for (int64_t c = 0; c < rope; ++c) {
+    uint16_t b;
+    std::memcpy(&b, src + kv_lora + 4 * n_tiles + 2 * c, 2);
+    out[kv_lora + c] = bf16_to_f32(b);
+  }
+}
+
 int seq_of(const AttentionMeta& m, int64_t t) {
   const int32_t* qsl = m.query_start_loc.ptr<int32_t>();
   int s = 0;
@@ -54,8 +103,8 @@ void softmax(std::vector<float>& x) {
   for (float& v : x) v = float(v / sum);
 }
 
-// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0, vd).
-// (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
+// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0,
+// vd). (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
 void attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
                  const std::vector<const float*>& values, int64_t vd, float scale,
                  std::vector<float>& p) {
@@ -110,10 +159,20 @@ void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
 
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m) {
   const int64_t kv_lora = latent.size(-1), rope = k_pe.size(-1);
+  const int64_t* slots = m.slot_mapping.ptr<int64_t>();
+  if (latent_cache.dtype == DType::U8) {
+    check_fp8_cache(latent_cache, kv_lora, rope);
+    const int64_t bytes = latent_cache.size(-1), n_slots = latent_cache.numel() / bytes;
+    for (int64_t t = 0; t < m.n_tokens; ++t) {
+      OSPREY_CHECK(slots[t] >= 0 && slots[t] < n_slots, "slot ", slots[t]);
+      fp8_quantize_row(latent_cache.ptr<uint8_t>() + slots[t] * bytes, latent.f32() + t * kv_lora,
+                       k_pe.f32() + t * rope, kv_lora, rope);
+    }
+    return;
+  }
   const int64_t width = latent_cache.size(-1);
   OSPREY_CHECK(width == kv_lora + rope, "latent cache width ", width);
   const int64_t n_slots = latent_cache.numel() / width;
-  const int64_t* slots = m.slot_mapping.ptr<int64_t>();
   for (int64_t t = 0; t < m.n_tokens; ++t) {
     OSPREY_CHECK(slots[t] >= 0 && slots[t] < n_slots, "slot ", slots[t]);
     float* dst = latent_cache.f32() + slots[t] * width;
@@ -123,13 +182,26 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
 }
 
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
-  const int64_t width = latent_cache.size(-1);
+  const int64_t width = out.size(-1);
+  const bool fp8 = latent_cache.dtype == DType::U8;
+  const int64_t bytes = latent_cache.size(-1);
+  const int64_t rope = fp8 ? mla_fp8_rope_dim(bytes, width) : 0;
+  if (fp8)
+    OSPREY_CHECK(rope >= 0, "FP8 latent cache row of ", bytes, " bytes cannot hold ", width,
+                 " values");
+  else
+    OSPREY_CHECK(bytes == width, "gather width ", width, " != cache width ", bytes);
   const int32_t* seq_lens = m.seq_lens.ptr<int32_t>();
   int64_t row = 0;
   for (int s = 0; s < m.n_seqs; ++s)
     for (int64_t j = 0; j < seq_lens[s]; ++j, ++row) {
       OSPREY_CHECK(row < out.size(0), "gather output too small");
-      std::copy_n(latent_cache.f32() + cache_row(m, s, j) * width, width, out.f32() + row * width);
+      const int64_t r = cache_row(m, s, j);
+      if (fp8)
+        fp8_dequantize_row(out.f32() + row * width, latent_cache.ptr<uint8_t>() + r * bytes,
+                           width - rope, rope);
+      else
+        std::copy_n(latent_cache.f32() + r * width, width, out.f32() + row * width);
     }
   OSPREY_CHECK(row == out.size(0), "gather output rows ", out.size(0), " != ", row);
 }
@@ -137,18 +209,33 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
                             Tensor topk_indices, float scale) {
   const int64_t H = q.size(1), width = q.size(2), kv_lora = out.size(2);
-  OSPREY_CHECK(latent_cache.size(-1) == width && out.size(0) == m.n_tokens && out.size(1) == H,
-               "absorbed MLA shapes");
+  const bool fp8 = latent_cache.dtype == DType::U8;
+  if (fp8)
+    check_fp8_cache(latent_cache, kv_lora, width - kv_lora);
+  else
+    OSPREY_CHECK(latent_cache.size(-1) == width, "absorbed MLA cache width");
+  OSPREY_CHECK(out.size(0) == m.n_tokens && out.size(1) == H, "absorbed MLA shapes");
+  const int64_t bytes = latent_cache.size(-1);
   const int32_t* pos = m.positions.ptr<int32_t>();
   std::vector<int64_t> js;
   std::vector<float> p;
+  std::vector<float> deq;  // FP8: [attended, width] the token's rows, dequantized
   for (int64_t t = 0; t < m.n_tokens; ++t) {
     const int s = seq_of(m, t);
     attended(js, topk_indices, t, pos[t]);
     OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
     std::vector<const float*> rows(js.size());
-    for (size_t i = 0; i < js.size(); ++i)
-      rows[i] = latent_cache.f32() + cache_row(m, s, js[i]) * width;
+    if (fp8) deq.resize(js.size() * size_t(width));
+    for (size_t i = 0; i < js.size(); ++i) {
+      const int64_t r = cache_row(m, s, js[i]);
+      if (fp8) {
+        float* d = deq.data() + i * size_t(width);
+        fp8_dequantize_row(d, latent_cache.ptr<uint8_t>() + r * bytes, kv_lora, width - kv_lora);
+        rows[i] = d;
+      } else {
+        rows[i] = latent_cache.f32() + r * width;
+      }
+    }
     for (int64_t h = 0; h < H; ++h)
       attend_head(out.f32() + (t * H + h) * kv_lora, q.f32() + (t * H + h) * width, rows, width,
                   rows, kv_lora, scale, p);

@@ -1,4 +1,4 @@
-// Shared pieces of the CUDA twins: error checks, F32/BF16 element access, dtype dispatch, the
+// Shared pieces of the CUDA twins: error checks, F32/BF16/e4m3 element access, dtype dispatch, the
 // grow-only scratch arena, and a cuBLASLt matmul helper (runtime.cu).
 #pragma once
 
@@ -32,6 +32,15 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// An e4m3 byte (OCP e4m3fn, as core/dtype.h) as F32, exact.
+__device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3)));
+}
+// F32 → e4m3 byte, round to nearest even, saturating to ±448 (bit-identical to f32_to_e4m3).
+__device__ __forceinline__ uint8_t f32_to_e4m3_dev(float x) {
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

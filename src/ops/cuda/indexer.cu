@@ -1,15 +1,16 @@
 // CUDA lightning indexer (contract in ops/indexer.h).
 //   indexer_cache_write: index_cache[slot_mapping[t]] = k[t]; grid [n_tokens] × 128 threads.
 //   indexer_topk, two kernels:
-//   1. indexer_score_kernel: I[t, j] = Σ_h w[t, h] · relu(scale · q[t, h]·k_j) for j ≤ p into an F32
-//      scratch [n_tokens, max_blocks · block_size]. Grid [n_tokens, ceil(max_len / 64)], 256 threads:
-//      q[t] (IH × ID, F32) and a tile of 64 keys (rows padded to ID + 1 floats: no bank conflicts)
-//      in shared memory; thread (j = tid % 64, head group tid / 64) sums IH/4 heads, then the four
-//      groups are added. IH = 64, ID = 128 (V3.2) are compile-time.
+//   1. indexer_score_kernel: I[t, j] = Σ_h w[t, h] · relu(scale · q[t, h]·k_j) for j ≤ p into an
+//   F32
+//      scratch [n_tokens, max_blocks · block_size]. Grid [n_tokens, ceil(max_len / 64)], 256
+//      threads: q[t] (IH × ID, F32) and a tile of 64 keys (rows padded to ID + 1 floats: no bank
+//      conflicts) in shared memory; thread (j = tid % 64, head group tid / 64) sums IH/4 heads,
+//      then the four groups are added. IH = 64, ID = 128 (V3.2) are compile-time.
 //   2. indexer_topk_kernel: per token (grid [n_tokens], 1024 threads), a 4-pass 8-bit radix select
-//      over the order-preserving integer keys of the scores finds the k-th largest key T and how many
-//      ties at T to take; an ordered block-scan compaction then writes the positions with key > T
-//      and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
+//      over the order-preserving integer keys of the scores finds the k-th largest key T and how
+//      many ties at T to take; an ordered block-scan compaction then writes the positions with key
+//      > T and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
 // Other IH × ID (the small test models) take indexer_score_generic_kernel (a thread per key).
 // Dtypes: q F32 or BF16; weights F32; k F32 or BF16; index_cache F32, BF16 or U8 = the FP8 format
 // of ops/indexer.h (per token ID e4m3 values + an fp32 power-of-two scale, values then scales per
@@ -26,12 +27,13 @@ namespace osprey::ops::cuda {
 
 namespace {
 constexpr int kIH = 64, kID = 128;
-constexpr int kScoreTile = 64;     // key positions per block
-constexpr int kScoreThreads = 256; // 4 head groups × 64 positions
+constexpr int kScoreTile = 64;      // key positions per block
+constexpr int kScoreThreads = 256;  // 4 head groups × 64 positions
 constexpr int kTopkThreads = 1024;
 
 template <typename Tc, typename Tk>
-__global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots, int d) {
+__global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots,
+                                   int d) {
   const int64_t t = blockIdx.x;
   for (int c = threadIdx.x; c < d; c += blockDim.x)
     cache[slots[t] * d + c] = from_f32<Tc>(to_f32(k[t * d + c]));
@@ -42,11 +44,10 @@ template <typename T>
 struct PlainKeys {
   const T* __restrict__ p;
   int id;
-  __device__ __forceinline__ float operator()(int64_t row, int c) const { return to_f32(p[row * id + c]); }
+  __device__ __forceinline__ float operator()(int64_t row, int c) const {
+    return to_f32(p[row * id + c]);
+  }
 };
-__device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3)));
-}
 struct Fp8Keys {
   const uint8_t* __restrict__ p;
   int bs, id;
@@ -79,7 +80,8 @@ __global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __
   const int64_t b = slots[t] / bs, o = slots[t] % bs;
   uint8_t* blk = cache + b * bs * int64_t(d + 4);
   for (int c = threadIdx.x; c < d; c += blockDim.x)
-    blk[o * d + c] = uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(to_f32(k[t * d + c]), s), __NV_SATFINITE, __NV_E4M3));
+    blk[o * d + c] = uint8_t(
+        __nv_cvt_float_to_fp8(__fdiv_rn(to_f32(k[t * d + c]), s), __NV_SATFINITE, __NV_E4M3));
   if (threadIdx.x == 0) *reinterpret_cast<float*>(blk + int64_t(bs) * d + 4 * o) = s;
 }
 
@@ -88,24 +90,26 @@ __global__ void __launch_bounds__(kScoreThreads)
     indexer_score_kernel(float* __restrict__ scores, int64_t ld, const Tq* __restrict__ q,
                          const float* __restrict__ weights, KC keys,
                          const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
-                         const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
-                         int n_seqs, float scale) {
+                         const int32_t* __restrict__ block_table, int64_t max_blocks,
+                         int block_size, int n_seqs, float scale) {
   extern __shared__ float smem[];
-  float* qs = smem;                        // [kIH][kID]
-  float* ks = smem + kIH * kID;            // [kScoreTile][kID + 1]
+  float* qs = smem;                           // [kIH][kID]
+  float* ks = smem + kIH * kID;               // [kScoreTile][kID + 1]
   float* part = ks + kScoreTile * (kID + 1);  // [4][kScoreTile]
   const int t = blockIdx.x;
   const int64_t base = int64_t(blockIdx.y) * kScoreTile;
   const int64_t p = positions[t];
   if (base > p) return;
   const int s = seq_of_token(qsl, n_seqs, t);
-  for (int e = threadIdx.x; e < kIH * kID; e += blockDim.x) qs[e] = to_f32(q[int64_t(t) * kIH * kID + e]);
+  for (int e = threadIdx.x; e < kIH * kID; e += blockDim.x)
+    qs[e] = to_f32(q[int64_t(t) * kIH * kID + e]);
   for (int e = threadIdx.x; e < kScoreTile * kID; e += blockDim.x) {
     const int r = e / kID, c = e % kID;
     const int64_t j = base + r;
     float val = 0.0f;
     if (j <= p) {
-      const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
+      const int64_t row =
+          int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
       val = keys(row, c);
     }
     ks[r * (kID + 1) + c] = val;
@@ -134,18 +138,18 @@ __global__ void __launch_bounds__(kScoreThreads)
 // Generic-shape scoring (any IH × ID: the small test models): a thread per key position.
 // Grid [n_tokens, ceil(max_len / 128)], 128 threads.
 template <typename Tq, typename KC>
-__global__ void indexer_score_generic_kernel(float* __restrict__ scores, int64_t ld,
-                                             const Tq* __restrict__ q, const float* __restrict__ weights,
-                                             KC keys, const int32_t* __restrict__ qsl,
-                                             const int32_t* __restrict__ positions,
-                                             const int32_t* __restrict__ block_table, int64_t max_blocks,
-                                             int block_size, int n_seqs, int IH, int ID, float scale) {
+__global__ void indexer_score_generic_kernel(
+    float* __restrict__ scores, int64_t ld, const Tq* __restrict__ q,
+    const float* __restrict__ weights, KC keys, const int32_t* __restrict__ qsl,
+    const int32_t* __restrict__ positions, const int32_t* __restrict__ block_table,
+    int64_t max_blocks, int block_size, int n_seqs, int IH, int ID, float scale) {
   const int t = blockIdx.x;
   const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int64_t p = positions[t];
   if (j > p) return;
   const int s = seq_of_token(qsl, n_seqs, t);
-  const int64_t row = int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
+  const int64_t row =
+      int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
   float acc = 0.0f;
   for (int h = 0; h < IH; ++h) {
     const Tq* qh = q + (int64_t(t) * IH + h) * ID;
@@ -201,7 +205,8 @@ __global__ void __launch_bounds__(kTopkThreads)
     remaining = s_remaining;
     mask |= 255u << shift;
   }
-  const uint32_t threshold = prefix, need_eq = remaining;  // take all keys > T, the first need_eq == T
+  const uint32_t threshold = prefix,
+                 need_eq = remaining;  // take all keys > T, the first need_eq == T
   uint32_t run_gt = 0, run_eq = 0;
   for (int64_t j0 = 0; j0 < n; j0 += blockDim.x) {
     const int64_t j = j0 + threadIdx.x;
@@ -243,10 +248,10 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width");
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
-    index_write_kernel<Tc, Tk><<<m.n_tokens, 128, 0, stream()>>>(
-        static_cast<Tc*>(index_cache.data), static_cast<const Tk*>(k.data),
-        m.slot_mapping.ptr<int64_t>(), int(d));
-  }));
+                          index_write_kernel<Tc, Tk><<<m.n_tokens, 128, 0, stream()>>>(
+                              static_cast<Tc*>(index_cache.data), static_cast<const Tk*>(k.data),
+                              m.slot_mapping.ptr<int64_t>(), int(d));
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -267,7 +272,8 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
   const int64_t max_len = m.block_table.size(1) * m.block_size;
   auto* scores = static_cast<float*>(
       scratch(kScratchIndexScores, size_t(m.n_tokens * max_len) * sizeof(float)));
-  const size_t smem = (size_t(kIH) * kID + size_t(kScoreTile) * (kID + 1) + 4 * kScoreTile) * sizeof(float);
+  const size_t smem =
+      (size_t(kIH) * kID + size_t(kScoreTile) * (kID + 1) + 4 * kScoreTile) * sizeof(float);
   auto score = [&](auto keys) {
     using KC = decltype(keys);
     if (!fast) {
@@ -285,21 +291,22 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
       static bool configured = false;
       if (!configured) {
-        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(indexer_score_kernel<Tq, KC>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(
+            indexer_score_kernel<Tq, KC>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         configured = true;
       }
       indexer_score_kernel<Tq, KC><<<grid, kScoreThreads, smem, stream()>>>(
           scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
-          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(),
-          m.block_table.size(1), m.block_size, m.n_seqs, scale);
+          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+          m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs, scale);
     });
   };
   if (fp8)
     score(Fp8Keys{index_cache.ptr<uint8_t>(), m.block_size, int(q.size(2))});
   else
-    OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc,
-                          score(PlainKeys<Tc>{static_cast<const Tc*>(index_cache.data), int(q.size(2))}));
+    OSPREY_DISPATCH_FLOAT(
+        index_cache.dtype, Tc,
+        score(PlainKeys<Tc>{static_cast<const Tc*>(index_cache.data), int(q.size(2))}));
   OSPREY_CUDA_LAUNCH_CHECK();
   indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
       topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());

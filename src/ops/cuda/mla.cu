@@ -1,26 +1,35 @@
 // CUDA multi-head latent attention (contracts in ops/mla.h).
 //
 // mla_absorb_q / mla_unabsorb_out: strided-batched cuBLASLt GEMMs, batch = heads, F32 accumulation.
-//   absorb:   q_abs[:, h, :kv_lora] = q[:, h, :nope] · W_UK_h   (W_UK_h = kv_b rows h·(nope+v) ..+nope)
+//   absorb:   q_abs[:, h, :kv_lora] = q[:, h, :nope] · W_UK_h   (W_UK_h = kv_b rows h·(nope+v)
+//   ..+nope)
 //             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
 //   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
 //   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
-// mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16.
-//   Grids: write [n_tokens] × 128 threads; gather [Σ seq_lens] × 128 threads (binary search of the
-//   row's sequence in the device cumsum of seq_lens).
+// mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16, or U8 =
+//   the FP8 format of ops/mla.h (per token kv_lora e4m3, kv_lora/128 fp32 tile scales, rope bf16).
+//   Grids: write [n_tokens] × 128 threads (FP8: cache_write_fp8_kernel, a warp per 128-value tile);
+//   gather [Σ seq_lens] × 128 threads (binary search of the row's sequence in the device cumsum of
+//   seq_lens), dequantizing an FP8 cache.
+// Every kernel that reads the cache reads it through a row reader (Rows<T> for F32/BF16, Fp8Rows
+// for the FP8 format) that returns element c of a row as F32, so the attention arithmetic is the
+// same for every format; Fp8Rows dequantizes on load (e4m3 · tile scale, the CPU twin's product).
 // mla_attention_absorbed (decode; any query over the paged cache), split-KV flash decoding:
 //   Each token's attended list (dense: 0..p; sparse: the topk row's valid entries ≤ p) is cut into
 //   n_splits chunks. mla_decode_kernel: grid [n_tokens, H/8, n_splits], 8 warps = 8 heads per
 //   block; a tile of kTile cache rows (576 wide, F32 in shared memory) is loaded once per block and
 //   read by every head; per warp an online softmax (running max m, sum l) and a 512-wide F32
 //   accumulator (16 values a lane). Partials (unnormalised o, m, l) go to scratch, then
-//   mla_combine_kernel (grid [n_tokens·H], 128 threads) merges them: o = Σ e^{m_s−M} o_s / Σ e^{m_s−M} l_s.
-//   Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, cache, out: F32 or BF16.
+//   mla_combine_kernel (grid [n_tokens·H], 128 threads) merges them: o = Σ e^{m_s−M} o_s / Σ
+//   e^{m_s−M} l_s. Shapes fixed at kv_lora 512 + rope 64 (all DeepSeek MLA models). q, out: F32 or
+//   BF16; cache F32, BF16 or FP8 (656 B/token; the tile is dequantized into shared memory as it is
+//   loaded).
 // mla_attention_expanded (prefill, causal, variable length): grid [n_tokens, H/8], a warp per head
 //   walks its attended positions with an online softmax; K, V [Σ seq_lens, H, 192 | 128] F32/BF16.
 // Other shapes (the small test models: latent 128 + rope 16, 4 heads) take mla_generic_kernel, a
 // plain correctness-first version with the dims at run time (see its comment).
 #include <algorithm>
+#include <cfloat>
 
 #include "ops/cuda/common.cuh"
 #include "ops/mla.h"
@@ -30,13 +39,15 @@ namespace osprey::ops::cuda {
 namespace {
 constexpr int kLat = 512, kRope = 64, kWidth = kLat + kRope;  // latent cache row
 constexpr int kHeadsPerBlock = 8;
-constexpr int kTile = 16;             // cache rows per shared-memory tile
-constexpr int64_t kMinChunk = 256;    // attended positions per split, at least
+constexpr int kTile = 16;           // cache rows per shared-memory tile
+constexpr int64_t kMinChunk = 256;  // attended positions per split, at least
 constexpr int64_t kMaxSplits = 128;
 constexpr size_t kMaxPartialBytes = size_t(1) << 30;
-constexpr int kQk = 192, kV = 128;    // expanded attention head dims (nope 128 + rope 64, v 128)
+constexpr int kQk = 192, kV = 128;  // expanded attention head dims (nope 128 + rope 64, v 128)
 
-cudaDataType_t lt_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t lt_type(DType d) {
+  return d == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 const void* as_dtype(Tensor x, DType want, ScratchSlot slot) {
   if (x.dtype == want) return x.data;
@@ -62,13 +73,92 @@ __device__ __forceinline__ int64_t cache_row(const int32_t* block_table, int64_t
   return int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
 }
 
+// Row readers: element c of cache / K / V row `row` (head h for per-head K and V) as F32.
+// Rows<T>: F32 or BF16 rows of row_stride elements, head h at + h·head_stride (0 for the latent
+// cache, shared by all heads).
+template <typename T>
+struct Rows {
+  const T* __restrict__ p;
+  int64_t row_stride, head_stride;
+  __device__ __forceinline__ float operator()(int64_t row, int64_t h, int64_t c) const {
+    return to_f32(p[row * row_stride + h * head_stride + c]);
+  }
+};
+// Fp8Rows: the FP8 latent cache (ops/mla.h), token_bytes per row; every head reads the same row.
+struct Fp8Rows {
+  const uint8_t* __restrict__ p;
+  int64_t token_bytes;
+  int kv_lora;
+  __device__ __forceinline__ float operator()(int64_t row, int64_t, int64_t c) const {
+    const uint8_t* r = p + row * token_bytes;
+    if (c < kv_lora)
+      return e4m3_to_f32_dev(r[c]) *
+             *reinterpret_cast<const float*>(r + kv_lora + 4 * (c / kMlaFp8Tile));
+    const bf16* pe = reinterpret_cast<const bf16*>(r + kv_lora + 4 * (kv_lora / kMlaFp8Tile));
+    return __bfloat162float(pe[c - kv_lora]);
+  }
+};
+
+// Calls f(reader) with the latent cache's row reader (kv_lora values before the rope part).
+template <typename F>
+void with_latent_rows(Tensor cache, int64_t kv_lora, F&& f) {
+  if (cache.dtype == DType::U8) {
+    f(Fp8Rows{static_cast<const uint8_t*>(cache.data), cache.size(-1), int(kv_lora)});
+    return;
+  }
+  OSPREY_DISPATCH_FLOAT(cache.dtype, Tc, {
+    f(Rows<Tc>{static_cast<const Tc*>(cache.data), cache.size(-1), 0});
+  });
+}
+
+// FP8 cache write (format in ops/mla.h), bit-identical to the CPU twin.
+//   For token t: per 128-value tile i of latent[t] (kv_lora values): amax_i = max |x|,
+//   s_i = max(amax_i / 448, FLT_MIN) (IEEE division), bytes e4m3_rne_sat(x / s_i); s_i as fp32 at
+//   kv_lora + 4·i; k_pe[t] (rope values) as bf16 (RNE) after the scales.
+//   latent [n_tokens, kv_lora], k_pe [n_tokens, rope] F32 or BF16; cache U8 rows of token_bytes at
+//   slot_mapping[t]. Grid [n_tokens], blockDim a multiple of 32: warp w quantizes tiles w, w + 4,
+//   ... (lane l holds values l + 32·k, k < 4); the threads then copy the rope part.
+//   Preconditions: kv_lora % 128 == 0, rope even (scales 4-byte aligned, rope 2-byte aligned).
+template <typename Ti>
+__global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __restrict__ latent,
+                                       const Ti* __restrict__ k_pe,
+                                       const int64_t* __restrict__ slots, int kv_lora, int rope,
+                                       int64_t token_bytes) {
+  constexpr int kPerLane = int(kMlaFp8Tile) / 32;
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  const int n_tiles = kv_lora / int(kMlaFp8Tile);
+  uint8_t* dst = cache + slots[t] * token_bytes;
+  for (int tile = warp; tile < n_tiles; tile += n_warps) {
+    const Ti* x = latent + t * kv_lora + tile * kMlaFp8Tile;
+    float v[kPerLane];
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      v[k] = to_f32(x[lane + 32 * k]);
+      amax = fmaxf(amax, fabsf(v[k]));
+    }
+    amax = warp_max(amax);
+    const float s0 = __fdiv_rn(amax, 448.0f);  // mla_fp8_scale (ops/mla.h), bit for bit
+    const float s = s0 > FLT_MIN ? s0 : FLT_MIN;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k)
+      dst[tile * kMlaFp8Tile + lane + 32 * k] = f32_to_e4m3_dev(__fdiv_rn(v[k], s));
+    if (lane == 0) *reinterpret_cast<float*>(dst + kv_lora + 4 * tile) = s;
+  }
+  bf16* pe = reinterpret_cast<bf16*>(dst + kv_lora + 4 * n_tiles);
+  for (int c = threadIdx.x; c < rope; c += blockDim.x)
+    pe[c] = from_f32<bf16>(to_f32(k_pe[t * rope + c]));
+}
+
 template <typename Tc, typename Ti>
 __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
                                    const int64_t* __restrict__ slots, int kv_lora, int rope) {
   const int64_t t = blockIdx.x;
   Tc* dst = cache + slots[t] * (kv_lora + rope);
   for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
-    dst[c] = from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
+    dst[c] =
+        from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
 }
 
 __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
@@ -81,7 +171,8 @@ __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_se
 }
 
 int64_t* kv_starts(const AttentionMeta& m) {
-  auto* starts = static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
+  auto* starts =
+      static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
   cumsum_kernel<<<1, 1, 0, stream()>>>(starts, m.seq_lens.ptr<int32_t>(), m.n_seqs);
   OSPREY_CUDA_LAUNCH_CHECK();
   return starts;
@@ -91,29 +182,35 @@ __device__ __forceinline__ int seq_of_row(const int64_t* starts, int n_seqs, int
   int lo = 0, hi = n_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (starts[mid] <= row) lo = mid; else hi = mid - 1;
+    if (starts[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
 
-template <typename To, typename Tc>
-__global__ void cache_gather_kernel(To* out, const Tc* cache, const int64_t* starts, int n_seqs,
+// out [Σ seq_lens, width] = the cached rows of every sequence in order, read through `rows`
+// (dequantized for FP8). Grid [Σ seq_lens], 128 threads over the width.
+template <typename To, typename R>
+__global__ void cache_gather_kernel(To* out, R rows, const int64_t* starts, int n_seqs,
                                     const int32_t* block_table, int64_t max_blocks, int block_size,
                                     int width) {
   const int64_t row = blockIdx.x;
   const int s = seq_of_row(starts, n_seqs, row);
   const int64_t src = cache_row(block_table, max_blocks, block_size, s, row - starts[s]);
   for (int c = threadIdx.x; c < width; c += blockDim.x)
-    out[row * width + c] = from_f32<To>(to_f32(cache[src * width + c]));
+    out[row * width + c] = from_f32<To>(rows(src, 0, c));
 }
 
-template <typename Tq, typename Tc>
+template <typename Tq, typename R>
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-    mla_decode_kernel(float* __restrict__ part_o, float2* __restrict__ part_ml, const Tq* __restrict__ q,
-                      const Tc* __restrict__ cache, const int32_t* __restrict__ qsl,
-                      const int32_t* __restrict__ positions, const int32_t* __restrict__ block_table,
-                      int64_t max_blocks, int block_size, int n_seqs, const int32_t* __restrict__ topk,
-                      int64_t topk_k, int64_t H, int64_t chunk, float scale) {
+    mla_decode_kernel(float* __restrict__ part_o, float2* __restrict__ part_ml,
+                      const Tq* __restrict__ q, R cache, const int32_t* __restrict__ qsl,
+                      const int32_t* __restrict__ positions,
+                      const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
+                      int n_seqs, const int32_t* __restrict__ topk, int64_t topk_k, int64_t H,
+                      int64_t chunk, float scale) {
   extern __shared__ float tile[];  // [kTile][kWidth]
   __shared__ int64_t rows[kTile];
   const int t = blockIdx.x, split = blockIdx.z, n_splits = gridDim.z;
@@ -126,7 +223,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
 
   float qv[kWidth / 32];
 #pragma unroll
-  for (int i = 0; i < kWidth / 32; ++i) qv[i] = to_f32(q[(t * H + h) * kWidth + lane + 32 * i]) * scale;
+  for (int i = 0; i < kWidth / 32; ++i)
+    qv[i] = to_f32(q[(t * H + h) * kWidth + lane + 32 * i]) * scale;
   float acc[kLat / 32];
 #pragma unroll
   for (int i = 0; i < kLat / 32; ++i) acc[i] = 0.0f;
@@ -138,13 +236,14 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
       const int64_t i = base + threadIdx.x;
       int64_t j = -1;
       if (i < i1) j = topk ? int64_t(topk[int64_t(t) * topk_k + i]) : i;
-      rows[threadIdx.x] = (j >= 0 && j <= p) ? cache_row(block_table, max_blocks, block_size, s, j) : -1;
+      rows[threadIdx.x] =
+          (j >= 0 && j <= p) ? cache_row(block_table, max_blocks, block_size, s, j) : -1;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < kTile * kWidth; e += blockDim.x) {
       const int r = e / kWidth, c = e % kWidth;
       const int64_t row = rows[r];
-      tile[e] = row >= 0 ? to_f32(cache[row * kWidth + c]) : 0.0f;
+      tile[e] = row >= 0 ? cache(row, 0, c) : 0.0f;
     }
     __syncthreads();
     for (int r = 0; r < kTile; ++r) {
@@ -182,10 +281,12 @@ __global__ void mla_combine_kernel(To* __restrict__ out, const float* __restrict
     const float w = expf(ml[s].x - M);
     L += w * ml[s].y;
 #pragma unroll
-    for (int i = 0; i < kLat / 128; ++i) o[i] += w * part_o[(th * n_splits + s) * kLat + threadIdx.x + 128 * i];
+    for (int i = 0; i < kLat / 128; ++i)
+      o[i] += w * part_o[(th * n_splits + s) * kLat + threadIdx.x + 128 * i];
   }
 #pragma unroll
-  for (int i = 0; i < kLat / 128; ++i) out[th * kLat + threadIdx.x + 128 * i] = from_f32<To>(o[i] / L);
+  for (int i = 0; i < kLat / 128; ++i)
+    out[th * kLat + threadIdx.x + 128 * i] = from_f32<To>(o[i] / L);
 }
 
 template <typename Tq, typename Tk, typename To>
@@ -226,7 +327,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     m = m_new;
   }
 #pragma unroll
-  for (int d = 0; d < kV / 32; ++d) out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
+  for (int d = 0; d < kV / 32; ++d)
+    out[(t * H + h) * kV + lane + 32 * d] = from_f32<To>(acc[d] / l);
 }
 
 // Generic-shape attention (any latent / rope / head dims and head count: the small test models),
@@ -235,6 +337,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
 // the dot product; then the block max and sum; then each thread owns output columns and sums
 // softmax-weighted rows. Absorbed: K = V = the cache row (V its first `lat` columns).
 // Expanded: K [Σ seq_lens, H, qk], V [Σ seq_lens, H, vd] rows of the sequence (starts = cumsum).
+// K and V are read through row readers (Rows / Fp8Rows above).
 constexpr int kGenericThreads = 128;
 
 __device__ __forceinline__ float block_max(float v, float* red) {
@@ -246,11 +349,10 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   return warp_max(lane < n_warps ? red[lane] : -INFINITY);
 }
 
-template <typename Tq, typename Tk, typename To>
+template <typename Tq, typename RK, typename RV, typename To>
 __global__ void __launch_bounds__(kGenericThreads)
     mla_generic_kernel(To* __restrict__ out, float* __restrict__ scores, int64_t ld,
-                       const Tq* __restrict__ q, const Tk* __restrict__ k, const Tk* __restrict__ v,
-                       int64_t qk, int64_t k_stride, int64_t vd, int64_t v_stride,
+                       const Tq* __restrict__ q, RK k, RV v, int64_t qk, int64_t vd,
                        const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
                        int n_seqs, const int32_t* __restrict__ block_table, int64_t max_blocks,
                        int block_size, const int64_t* __restrict__ starts,
@@ -273,10 +375,8 @@ __global__ void __launch_bounds__(kGenericThreads)
   for (int64_t i = warp; i < len; i += n_warps) {
     const int64_t row = row_of(i);
     float dot = 0.0f;
-    if (row >= 0) {
-      const Tk* kr = k + row * k_stride + (block_table ? 0 : h * qk);
-      for (int64_t d = lane; d < qk; d += 32) dot += to_f32(qr[d]) * to_f32(kr[d]);
-    }
+    if (row >= 0)
+      for (int64_t d = lane; d < qk; d += 32) dot += to_f32(qr[d]) * k(row, h, d);
     dot = warp_sum(dot);
     if (lane == 0) sc[i] = row >= 0 ? dot * scale : -INFINITY;
   }
@@ -293,28 +393,28 @@ __global__ void __launch_bounds__(kGenericThreads)
     for (int64_t i = 0; i < len; ++i) {
       if (sc[i] == -INFINITY) continue;
       const int64_t row = row_of(i);
-      acc += expf(sc[i] - mx) * to_f32(v[row * v_stride + (block_table ? 0 : h * vd) + c]);
+      acc += expf(sc[i] - mx) * v(row, h, c);
     }
     out[(int64_t(t) * H + h) * vd + c] = from_f32<To>(acc / sum);
   }
 }
 
-template <typename Tq, typename Tk, typename To>
-void launch_generic(Tensor out, Tensor q, const Tk* k, const Tk* v, int64_t k_stride,
-                    int64_t v_stride, int64_t vd, const AttentionMeta& m, Tensor topk_indices,
-                    float scale, bool paged) {
+template <typename Tq, typename RK, typename RV, typename To>
+void launch_generic(Tensor out, Tensor q, RK k, RV v, int64_t vd, const AttentionMeta& m,
+                    Tensor topk_indices, float scale, bool paged) {
   const int64_t H = q.size(1), qk = q.size(2);
   const bool sparse = topk_indices.data != nullptr;
   const int64_t topk_k = sparse ? topk_indices.size(1) : 0;
   const int64_t ld = sparse ? topk_k : m.block_table.size(1) * m.block_size;
-  auto* scores = static_cast<float*>(
-      scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
+  auto* scores =
+      static_cast<float*>(scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
   const int64_t* starts = paged ? nullptr : kv_starts(m);
-  mla_generic_kernel<Tq, Tk, To><<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
-      static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk, k_stride,
-      vd, v_stride, m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
-      paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1), m.block_size, starts,
-      sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
+  mla_generic_kernel<Tq, RK, RV, To>
+      <<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
+          static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk, vd,
+          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
+          paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1), m.block_size,
+          starts, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -337,14 +437,16 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
   if (n == 0) return;
   LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
   LtOperand b{as_dtype(q, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * qk, qk};
-  OSPREY_CHECK(lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width,
-                         int(H)),
-               "cuBLASLt refused the batched absorb GEMM");
-  OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
-    copy_rope_kernel<To, Ti><<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
-        static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
-        int(width), int(kv_lora));
-  }));
+  OSPREY_CHECK(
+      lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width, int(H)),
+      "cuBLASLt refused the batched absorb GEMM");
+  OSPREY_DISPATCH_FLOAT(
+      q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
+        copy_rope_kernel<To, Ti>
+            <<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
+                static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
+                int(width), int(kv_lora));
+      }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -371,28 +473,54 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
   check_device(k_pe, "mla_cache_write", "k_pe");
   check_device(m.slot_mapping, "mla_cache_write", "slot_mapping");
   const int64_t kv_lora = latent.size(-1), rope = k_pe.size(-1), width = latent_cache.size(-1);
+  if (latent_cache.dtype == DType::U8) {
+    OSPREY_CHECK(mla_fp8_supported(kv_lora, rope) && width == mla_fp8_token_bytes(kv_lora, rope) &&
+                     latent.dtype == k_pe.dtype,
+                 "FP8 latent cache row of ", width, " bytes for ", kv_lora, " + ", rope);
+    if (m.n_tokens == 0) return;
+    OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
+      cache_write_fp8_kernel<Ti><<<m.n_tokens, 128, 0, stream()>>>(
+          static_cast<uint8_t*>(latent_cache.data), static_cast<const Ti*>(latent.data),
+          static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope),
+          width);
+    });
+    OSPREY_CUDA_LAUNCH_CHECK();
+    return;
+  }
   OSPREY_CHECK(width == kv_lora + rope && latent.dtype == k_pe.dtype, "latent cache width ", width);
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
-    cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
-        static_cast<Tc*>(latent_cache.data), static_cast<const Ti*>(latent.data),
-        static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope));
-  }));
+                          cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
+                              static_cast<Tc*>(latent_cache.data),
+                              static_cast<const Ti*>(latent.data),
+                              static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(),
+                              int(kv_lora), int(rope));
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
   check_device(latent_cache, "mla_cache_gather", "latent_cache");
   check_meta(m, "mla_cache_gather");
-  const int64_t width = latent_cache.size(-1), rows = out.size(0);
-  OSPREY_CHECK(out.size(-1) == width, "gather width");
+  const int64_t width = out.size(-1), rows = out.size(0);
+  int64_t kv_lora = width;
+  if (latent_cache.dtype == DType::U8) {
+    const int64_t rope = mla_fp8_rope_dim(latent_cache.size(-1), width);
+    OSPREY_CHECK(rope >= 0, "FP8 latent cache row of ", latent_cache.size(-1),
+                 " bytes cannot hold ", width, " values");
+    kv_lora = width - rope;
+  } else {
+    OSPREY_CHECK(latent_cache.size(-1) == width, "gather width");
+  }
   if (rows == 0) return;
   const int64_t* starts = kv_starts(m);
-  OSPREY_DISPATCH_FLOAT(out.dtype, To, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
-    cache_gather_kernel<To, Tc><<<unsigned(rows), 128, 0, stream()>>>(
-        static_cast<To*>(out.data), static_cast<const Tc*>(latent_cache.data), starts, m.n_seqs,
-        m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, int(width));
-  }));
+  with_latent_rows(latent_cache, kv_lora, [&](auto reader) {
+    OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+      cache_gather_kernel<To, decltype(reader)><<<unsigned(rows), 128, 0, stream()>>>(
+          static_cast<To*>(out.data), reader, starts, m.n_seqs, m.block_table.ptr<int32_t>(),
+          m.block_table.size(1), m.block_size, int(width));
+    });
+  });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -401,23 +529,28 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   check_device(q, "mla_attention_absorbed", "q");
   check_device(latent_cache, "mla_attention_absorbed", "latent_cache");
   check_meta(m, "mla_attention_absorbed");
-  const int64_t H = q.size(1);
-  if (q.size(2) != kWidth || out.size(2) != kLat || H % kHeadsPerBlock != 0) {
-    const int64_t width = latent_cache.size(-1);
-    OSPREY_CHECK(q.size(2) == width && out.size(0) == m.n_tokens && out.size(1) == H &&
-                     out.size(2) < width,
-                 "absorbed MLA shapes");
+  const int64_t H = q.size(1), width = q.size(2), kv_lora = out.size(2);
+  OSPREY_CHECK(out.size(0) == m.n_tokens && out.size(1) == H && kv_lora < width,
+               "absorbed MLA shapes");
+  if (latent_cache.dtype == DType::U8)
+    OSPREY_CHECK(mla_fp8_supported(kv_lora, width - kv_lora) &&
+                     latent_cache.size(-1) == mla_fp8_token_bytes(kv_lora, width - kv_lora),
+                 "FP8 latent cache row of ", latent_cache.size(-1), " bytes for ", kv_lora, " + ",
+                 width - kv_lora);
+  else
+    OSPREY_CHECK(latent_cache.size(-1) == width, "absorbed MLA cache width");
+  if (width != kWidth || kv_lora != kLat || H % kHeadsPerBlock != 0) {
     if (m.n_tokens == 0) return;
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-      const Tc* c = static_cast<const Tc*>(latent_cache.data);
-      launch_generic<Tq, Tc, To>(out, q, c, c, width, width, out.size(2), m, topk_indices, scale,
-                                 /*paged=*/true);
-    })));
+    with_latent_rows(latent_cache, kv_lora, [&](auto reader) {
+      using R = decltype(reader);
+      OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+                              launch_generic<Tq, R, R, To>(out, q, reader, reader, kv_lora, m,
+                                                           topk_indices, scale,
+                                                           /*paged=*/true);
+                            }));
+    });
     return;
   }
-  OSPREY_CHECK(q.size(2) == kWidth && latent_cache.size(-1) == kWidth && out.size(2) == kLat &&
-                   out.size(0) == m.n_tokens && out.size(1) == H && H % kHeadsPerBlock == 0,
-               "absorbed MLA shapes (CUDA: kv_lora 512 + rope 64, heads a multiple of 8)");
   if (m.n_tokens == 0) return;
   const bool sparse = topk_indices.data != nullptr;
   const int64_t topk_k = sparse ? topk_indices.size(1) : 0;
@@ -436,13 +569,15 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
       scratch(kScratchAttnPartML, size_t(m.n_tokens * H * n_splits) * sizeof(float2)));
   const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock), unsigned(n_splits));
   const size_t smem = size_t(kTile) * kWidth * sizeof(float);
-  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, {
-    mla_decode_kernel<Tq, Tc><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
-        part_o, part_ml, static_cast<const Tq*>(q.data), static_cast<const Tc*>(latent_cache.data),
-        m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(),
-        m.block_table.size(1), m.block_size, m.n_seqs,
-        sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, chunk, scale);
-  }));
+  with_latent_rows(latent_cache, kv_lora, [&](auto reader) {
+    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+      mla_decode_kernel<Tq, decltype(reader)><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
+          part_o, part_ml, static_cast<const Tq*>(q.data), reader, m.query_start_loc.ptr<int32_t>(),
+          m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
+          m.block_size, m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, chunk,
+          scale);
+    });
+  });
   OSPREY_CUDA_LAUNCH_CHECK();
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     mla_combine_kernel<To><<<unsigned(m.n_tokens * H), 128, 0, stream()>>>(
@@ -464,11 +599,15 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
                      k.dtype == v.dtype,
                  "expanded MLA shapes");
     if (m.n_tokens == 0) return;
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-      launch_generic<Tq, Tk, To>(out, q, static_cast<const Tk*>(k.data),
-                                 static_cast<const Tk*>(v.data), H * qk, H * vd, vd, m,
-                                 topk_indices, scale, /*paged=*/false);
-    })));
+    OSPREY_DISPATCH_FLOAT(
+        q.dtype, Tq,
+        OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+                                launch_generic<Tq, Rows<Tk>, Rows<Tk>, To>(
+                                    out, q, Rows<Tk>{static_cast<const Tk*>(k.data), H * qk, qk},
+                                    Rows<Tk>{static_cast<const Tk*>(v.data), H * vd, vd}, vd, m,
+                                    topk_indices, scale,
+                                    /*paged=*/false);
+                              })));
     return;
   }
   OSPREY_CHECK(q.size(2) == kQk && k.size(1) == H && k.size(2) == kQk && v.size(1) == H &&
@@ -479,13 +618,17 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
   const bool sparse = topk_indices.data != nullptr;
   const int64_t* starts = kv_starts(m);
   const dim3 grid(unsigned(m.n_tokens), unsigned(H / kHeadsPerBlock));
-  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-    mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
-        static_cast<To*>(out.data), static_cast<const Tq*>(q.data), static_cast<const Tk*>(k.data),
-        static_cast<const Tk*>(v.data), starts, m.query_start_loc.ptr<int32_t>(),
-        m.positions.ptr<int32_t>(), m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr,
-        sparse ? topk_indices.size(1) : 0, H, scale);
-  })));
+  OSPREY_DISPATCH_FLOAT(
+      q.dtype, Tq,
+      OSPREY_DISPATCH_FLOAT(
+          k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+            mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
+                static_cast<To*>(out.data), static_cast<const Tq*>(q.data),
+                static_cast<const Tk*>(k.data), static_cast<const Tk*>(v.data), starts,
+                m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
+                sparse ? topk_indices.ptr<int32_t>() : nullptr, sparse ? topk_indices.size(1) : 0,
+                H, scale);
+          })));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
