@@ -5,7 +5,7 @@
 # path that ran, the sampling timings and any CPU/CUDA draw differences (PERF, SAMPLEDIFF lines of
 # test_cuda_sample and test_cuda_engine_sampler), and the goldens' errors (GPUGOLDEN lines). Full
 # logs go into the folder given.
-# Usage: scripts/gpu_tests.sh LOG_DIR
+# Usage: scripts/gpu_tests.sh LOG_DIR   (OSPREY_GPU_TEST_TIMEOUT: seconds per binary, default 540)
 #   Binaries are taken from $OSPREY_GPU_BIN, else bin/ beside this script (a carried folder), else
 #   build-cuda/tests/ops (a CUDA build in the repository). Exit status: non-zero if any failed.
 set -uo pipefail
@@ -23,7 +23,7 @@ for t in "$bin"/test_cuda_* "$bin"/test_goldens_gpu; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
   start=$(date +%s.%N)
-  timeout 540 "$t" >"$log_dir/$name.log" 2>&1
+  timeout "${OSPREY_GPU_TEST_TIMEOUT:-540}" "$t" >"$log_dir/$name.log" 2>&1
   rc=$?
   secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
   passed=$(grep -c '^\[       OK \]' "$log_dir/$name.log")
