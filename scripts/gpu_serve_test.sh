@@ -45,13 +45,15 @@ full() {
     echo "chat stream: $sse" | head -c 2000
     [[ $(grep -c '^data: \[DONE\]' <<<"$sse") == 1 ]]
     "$osprey" bench serve --base-url "$u" --tokenizer "$cfg" --input-len 5000 --output-len 64 \
-      --num-prompts 16 --max-concurrency 16 --result-json "$log/full_bench.json" --no-progress
+      --num-prompts 16 --max-concurrency 16 --result-json "$serve_log_dir/full_bench.json" --no-progress
   fi
   metrics=$(curl -s "$u/metrics")
   grep -E '^osprey_(num_requests_running|kv_cache_usage_perc|generation_tokens_total)' <<<"$metrics"
 }
 export -f full
-export tok cfg log osprey
+# (not `log`: server_test.sh assigns its own log variable, which an exported one would leak into)
+serve_log_dir=$log
+export tok cfg serve_log_dir osprey
 check fullwidth_serve "$here/scripts/server_test.sh" "$osprey" --device cuda --load-format dummy \
   --model "$cfg" --max-model-len 8192 --max-num-seqs 64 -- bash -c full
 

@@ -60,11 +60,11 @@ inline DeviceBuffer poisoned(DType dt, Shape s) {
   return d;
 }
 
-// An F32 host copy of a device tensor (F32 or BF16).
+// A host copy of a device tensor; BF16 comes back widened to F32, other dtypes as they are.
 inline Buffer download(const Tensor& dev) {
   cuda::synchronize();
   Buffer h = cuda::to_host(dev);
-  if (h.dtype() == DType::F32) return h;
+  if (h.dtype() != DType::BF16) return h;
   Buffer f(DType::F32, h.shape());
   for (int64_t i = 0; i < h.numel(); ++i) f.f32()[i] = bf16_to_f32(h.ptr<uint16_t>()[i]);
   return f;
