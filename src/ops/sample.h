@@ -122,6 +122,16 @@ inline int64_t sample_mask_words(int64_t vocab) {
   return (vocab + 31) / 32;
 }
 
+// The shapes both twins need, checked (fails naming what is wrong): logits [n_rows, vocab] F32,
+// tokens [n_rows] I32, m.rows n_rows SampleRowParams, logprobs [n_lp, 1 + kMaxTopLogprobs] with
+// top_ids [n_lp, kMaxTopLogprobs] (n_lp may be 0), the penalty state [n_slots, vocab] and
+// [n_slots, ceil(vocab / 32)] (n_slots may be 0).
+struct SampleShapes {
+  int64_t n_rows = 0, vocab = 0, n_lp = 0, n_slots = 0;
+};
+SampleShapes check_sample_shapes(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits,
+                                 const SampleMeta& m);
+
 namespace ops {
 void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const SampleMeta& m);
 namespace cpu {

@@ -131,6 +131,28 @@ class GpuGoldenTest : public ::testing::TestWithParam<std::string> {
         f.push_back(golden_->get("topk." + std::string(s) + "." + std::to_string(l)));
     return f;
   }
+  // The GPU model against the CPU model on both golden sequences and both attention paths, row by
+  // row (ops differ in rounding only; rows past a flipped routing/top-k choice are explained).
+  // expect_not_equal: the GPU really ran in reduced precision (not trivially equal).
+  void compare_with_cpu(const std::string& what, double tol, bool expect_not_equal) {
+    const ModelConfig& c = model_->config();
+    for (const char* s : {"a", "b"}) {
+      const std::vector<int32_t> tokens = to_ids(golden_->get(std::string("tokens.") + s));
+      const std::vector<Tensor> f = forced(s);
+      const std::vector<Tensor>* fp = f.empty() ? nullptr : &f;
+      for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
+        TensorDump gd, cd;
+        Buffer g = prefill_logits(*model_, tokens, {path, &gd, fp});
+        Buffer cl = prefill_logits(*cpu_, tokens, {path, &cd, fp});
+        expect_rows_close(GetParam() + " seq " + s +
+                              (path == AttentionPath::Expanded ? " expanded" : " absorbed") + what,
+                          g, cl, gd, cd, c, tol, fp == nullptr);
+        if (expect_not_equal) {
+          EXPECT_GT(rel_error(g, cl), 0.0);
+        }
+      }
+    }
+  }
   std::unique_ptr<DeepseekModel> model_, cpu_;
   std::unique_ptr<Checkpoint> golden_;
 };
@@ -187,23 +209,7 @@ TEST_P(GpuGoldenTest, GreedyContinuationMatchesTransformers) {
 }
 
 TEST_P(GpuGoldenTest, MatchesTheCpuModel) {
-  const ModelConfig& c = model_->config();
-  for (const char* s : {"a", "b"}) {
-    const std::vector<int32_t> tokens = to_ids(golden_->get(std::string("tokens.") + s));
-    const std::vector<Tensor> f = forced(s);
-    const std::vector<Tensor>* fp = f.empty() ? nullptr : &f;
-    for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
-      TensorDump gd, cd;
-      Buffer g = prefill_logits(*model_, tokens, {path, &gd, fp});
-      Buffer cl = prefill_logits(*cpu_, tokens, {path, &cd, fp});
-      expect_rows_close(GetParam() + " seq " + s +
-                            (path == AttentionPath::Expanded ? " expanded" : " absorbed") +
-                            " GPU vs CPU",
-                        g, cl, gd, cd, c, logit_tol(GetParam()), fp == nullptr);
-      // Not trivially equal either: the GPU really ran in reduced precision.
-      EXPECT_GT(rel_error(g, cl), 0.0);
-    }
-  }
+  compare_with_cpu(" GPU vs CPU", logit_tol(GetParam()), /*expect_not_equal=*/true);
 }
 
 // The FP8 latent cache (--kv-cache-dtype fp8, DeepSeek's format) on both devices: the GPU model
@@ -212,23 +218,10 @@ TEST_P(GpuGoldenTest, MatchesTheCpuModel) {
 // rounding, and a latent value near an e4m3 rounding boundary then rounds the other way (one e4m3
 // step, 1/8 of it): the tolerance is twice the BF16 cache's.
 TEST_P(GpuGoldenTest, Fp8LatentCacheMatchesTheCpuModel) {
-  const ModelConfig& c = model_->config();
   model_->set_kv_cache_dtype(KvCacheDtype::Fp8);
   cpu_->set_kv_cache_dtype(KvCacheDtype::Fp8);
-  for (const char* s : {"a", "b"}) {
-    const std::vector<int32_t> tokens = to_ids(golden_->get(std::string("tokens.") + s));
-    const std::vector<Tensor> f = forced(s);
-    const std::vector<Tensor>* fp = f.empty() ? nullptr : &f;
-    for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
-      TensorDump gd, cd;
-      Buffer g = prefill_logits(*model_, tokens, {path, &gd, fp});
-      Buffer cl = prefill_logits(*cpu_, tokens, {path, &cd, fp});
-      expect_rows_close(GetParam() + " seq " + s +
-                            (path == AttentionPath::Expanded ? " expanded" : " absorbed") +
-                            " FP8 latent cache GPU vs CPU",
-                        g, cl, gd, cd, c, 2 * logit_tol(GetParam()), fp == nullptr);
-    }
-  }
+  compare_with_cpu(" FP8 latent cache GPU vs CPU", 2 * logit_tol(GetParam()),
+                   /*expect_not_equal=*/false);
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -211,27 +211,11 @@ void apply_logits_processors(float* x, int vocab, const SampleRowParams& p, cons
 }
 
 void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const SampleMeta& m) {
-  OSPREY_CHECK(logits.device == Device::CPU && logits.dim() == 2 && logits.dtype == DType::F32,
-               "logits ", shape_str(logits.shape), " must be [n_rows, vocab] F32 on the CPU");
-  const int64_t n_rows = logits.size(0);
-  const int64_t vocab64 = logits.size(1);
-  OSPREY_CHECK(m.n_rows == n_rows && tokens.numel() == n_rows && tokens.dtype == DType::I32,
-               "sample: ", m.n_rows, " rows, tokens ", shape_str(tokens.shape), " for logits ",
-               shape_str(logits.shape));
-  OSPREY_CHECK(vocab64 > 0 && vocab64 <= std::numeric_limits<int32_t>::max(), "vocab ", vocab64);
-  OSPREY_CHECK(m.rows.nbytes() == size_t(n_rows) * sizeof(SampleRowParams), "sample: rows of ",
-               m.rows.nbytes(), " bytes for ", n_rows, " rows");
-  const int vocab = static_cast<int>(vocab64);
-  const int64_t n_lp = logprobs.dim() == 2 ? logprobs.size(0) : 0;
-  OSPREY_CHECK(
-      n_lp == 0 ||
-          (logprobs.size(1) == 1 + kMaxTopLogprobs && top_ids.numel() == n_lp * kMaxTopLogprobs),
-      "sample: logprobs ", shape_str(logprobs.shape), " top_ids ", shape_str(top_ids.shape));
-  const int64_t n_slots = m.output_counts.dim() == 2 ? m.output_counts.size(0) : 0;
-  OSPREY_CHECK(n_slots == 0 || (m.output_counts.size(1) == vocab64 &&
-                                m.prompt_mask.numel() == n_slots * sample_mask_words(vocab64)),
-               "sample: penalty state ", shape_str(m.output_counts.shape), " / ",
-               shape_str(m.prompt_mask.shape), " for vocab ", vocab64);
+  OSPREY_CHECK(logits.device == Device::CPU, "sample (CPU twin): logits on ",
+               logits.device == Device::CUDA ? "CUDA" : "?");
+  const SampleShapes sh = check_sample_shapes(tokens, logprobs, top_ids, logits, m);
+  const int64_t n_rows = sh.n_rows, n_lp = sh.n_lp, n_slots = sh.n_slots;
+  const int vocab = static_cast<int>(sh.vocab);
   const auto* params = static_cast<const SampleRowParams*>(m.rows.data);
   const int32_t* lists = m.token_lists.numel() > 0 ? m.token_lists.ptr<int32_t>() : nullptr;
   const int64_t n_list = m.token_lists.numel();
@@ -241,7 +225,7 @@ void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const
 
   for (int64_t r = 0; r < n_rows; ++r) {
     const SampleRowParams& p = params[r];
-    const float* raw = data + r * vocab64;
+    const float* raw = data + r * int64_t(vocab);
     int32_t* mask_row = nullptr;
     int32_t* counts_row = nullptr;
     int32_t error = 0;  // an error code, or 0
@@ -251,8 +235,9 @@ void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const
       error = kSampleErrorBadInput;
     } else {
       if (p.penalty_slot >= 0) {
-        mask_row = m.prompt_mask.ptr<int32_t>() + p.penalty_slot * sample_mask_words(vocab64);
-        counts_row = m.output_counts.ptr<int32_t>() + p.penalty_slot * vocab64;
+        mask_row =
+            m.prompt_mask.ptr<int32_t>() + p.penalty_slot * sample_mask_words(int64_t(vocab));
+        counts_row = m.output_counts.ptr<int32_t>() + p.penalty_slot * int64_t(vocab);
         update_slot(p, lists, vocab, mask_row, counts_row);
       }
       for (int i = 0; i < vocab; ++i) {

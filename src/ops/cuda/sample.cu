@@ -474,25 +474,8 @@ void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const
   const char* op = "sample";
   check_device(logits, op, "logits");
   check_device(tokens, op, "tokens");
-  OSPREY_CHECK(logits.dim() == 2 && logits.dtype == DType::F32, "sample: logits ",
-               shape_str(logits.shape), " must be [n_rows, vocab] F32");
-  const int64_t n_rows = logits.size(0), vocab = logits.size(1);
-  OSPREY_CHECK(m.n_rows == n_rows && tokens.numel() == n_rows && tokens.dtype == DType::I32,
-               "sample: ", m.n_rows, " rows, tokens ", shape_str(tokens.shape), " for logits ",
-               shape_str(logits.shape));
-  OSPREY_CHECK(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max(), "vocab ", vocab);
-  OSPREY_CHECK(m.rows.nbytes() == size_t(n_rows) * sizeof(SampleRowParams), "sample: rows of ",
-               m.rows.nbytes(), " bytes for ", n_rows, " rows");
-  const int64_t n_lp = logprobs.dim() == 2 ? logprobs.size(0) : 0;
-  OSPREY_CHECK(
-      n_lp == 0 ||
-          (logprobs.size(1) == 1 + kMaxTopLogprobs && top_ids.numel() == n_lp * kMaxTopLogprobs),
-      "sample: logprobs ", shape_str(logprobs.shape), " top_ids ", shape_str(top_ids.shape));
-  const int64_t n_slots = m.output_counts.dim() == 2 ? m.output_counts.size(0) : 0;
-  OSPREY_CHECK(n_slots == 0 || (m.output_counts.size(1) == vocab &&
-                                m.prompt_mask.numel() == n_slots * sample_mask_words(vocab)),
-               "sample: penalty state ", shape_str(m.output_counts.shape), " / ",
-               shape_str(m.prompt_mask.shape), " for vocab ", vocab);
+  const SampleShapes sh = check_sample_shapes(tokens, logprobs, top_ids, logits, m);
+  const int64_t n_rows = sh.n_rows, vocab = sh.vocab, n_lp = sh.n_lp, n_slots = sh.n_slots;
   if (n_rows == 0) return;
   check_device(m.rows, op, "rows");
   if (m.token_lists.numel() > 0) check_device(m.token_lists, op, "token_lists");
