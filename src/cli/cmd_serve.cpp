@@ -61,10 +61,11 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_model_len = a.max_model_len;
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
+  const int model_len =
+      a.max_model_len > 0 ? a.max_model_len : int(bundle.model->config().max_position_embeddings);
   // The expanded attention path's memory grows with a step's Σ seq_lens: bound it by one
   // sequence of max_model_len (what the profile step below measures); wider steps run absorbed.
-  bundle.model->set_max_expanded_kv_rows(
-      a.max_model_len > 0 ? a.max_model_len : bundle.model->config().max_position_embeddings);
+  bundle.model->set_max_expanded_kv_rows(model_len);
 #ifdef OSPREY_WITH_CUDA
   if (cuda && !kv_given) {
     // The KV cache takes this fraction of the memory left after the weights and after a profile
@@ -72,10 +73,8 @@ void run(const Args& a, bool kv_given, bool util_given) {
     size_t free_b = 0, total_b = 0;
     ops::cuda::memory_info(&free_b, &total_b);
     const size_t free_weights = free_b;
-    const int len =
-        a.max_model_len > 0 ? a.max_model_len : int(bundle.model->config().max_position_embeddings);
     const StepProfile prof =
-        profile_step_memory(*bundle.model, a.max_num_batched_tokens, len, a.max_num_seqs);
+        profile_step_memory(*bundle.model, a.max_num_batched_tokens, model_len, a.max_num_seqs);
     ops::cuda::memory_info(&free_b, &total_b);
     ec.kv_cache_bytes = int64_t(a.gpu_memory_utilization * double(free_b));
     std::fprintf(stderr,
