@@ -1,15 +1,10 @@
 #include "model/make_model.h"
 
-#include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "model/model_writer.h"
 #include "model/weights.h"
-#include "ops/gemm.h"
 
 namespace osprey {
 

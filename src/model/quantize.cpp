@@ -16,17 +16,10 @@ namespace osprey {
 
 namespace {
 
-float element(const Tensor& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::F32:
-      return static_cast<const float*>(t.data)[i];
-    case DType::BF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-    case DType::F16:
-      return f16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-    default:
-      fail("unsupported dtype ", dtype_name(t.dtype));
-  }
+// A tensor of any rank as the rows [numel / last dim, last dim] that the row reader takes.
+LinearWeight as_rows(const Tensor& t) {
+  const int64_t cols = t.shape.back();
+  return LinearWeight{t.reshape({t.numel() / cols, cols}), {}};
 }
 
 }  // namespace
@@ -57,9 +50,7 @@ QuantizeStats quantize_model_fp8(const std::string& src_dir, const std::string& 
         return src.get(s.name).dtype == DType::BF16 ? DType::BF16 : DType::F32;
       },
       [&](const WeightSpec& s, int64_t r0, int64_t r1, float* out) {
-        const Tensor t = src.get(s.name);
-        const int64_t cols = s.shape.back();
-        for (int64_t i = r0 * cols; i < r1 * cols; ++i) out[i - r0 * cols] = element(t, i);
+        ops::cpu::dequantize_rows(out, as_rows(src.get(s.name)), r0, r1);
       });
   // The other files of the folder (tokenizer, generation config, ...).
   for (const auto& e : fs::directory_iterator(src_dir)) {
@@ -82,10 +73,12 @@ QuantizeStats quantize_model_fp8(const std::string& src_dir, const std::string& 
     LinearWeight lw{w, dst.get(s.name + "_scale_inv")};
     std::vector<float> dq(size_t(w.numel()));
     ops::cpu::dequantize(Tensor{dq.data(), DType::F32, s.shape, Device::CPU}, lw);
-    const Tensor t = src.get(s.name);
+    std::vector<float> ref(size_t(w.numel()));
+    ops::cpu::dequantize(Tensor{ref.data(), DType::F32, s.shape, Device::CPU},
+                         LinearWeight{src.get(s.name), {}});
     double amax = 0.0, err = 0.0;
     for (int64_t i = 0; i < w.numel(); ++i) {
-      const double v = element(t, i);
+      const double v = ref[size_t(i)];
       amax = std::max(amax, std::fabs(v));
       err = std::max(err, std::fabs(v - double(dq[size_t(i)])));
     }

@@ -25,6 +25,8 @@ namespace cpu {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
 // Dequantizes any supported weight to F32 rows [out, in] (the CPU backend's resident form).
 void dequantize(Tensor out_f32, const LinearWeight& w);
+// Rows [r0, r1) of W (F32, BF16, F16, or F8_E4M3 with its scales) as F32 into out [(r1 − r0), in].
+void dequantize_rows(float* out, const LinearWeight& w, int64_t r0, int64_t r1);
 }  // namespace cpu
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {

@@ -20,7 +20,8 @@ void check_scales(const LinearWeight& w) {
                shape_str(w.scale_inv.shape));
 }
 
-// Rows [r0, r1) of W as F32 into out (row-major, in columns).
+}  // namespace
+
 void dequantize_rows(float* out, const LinearWeight& w, int64_t r0, int64_t r1) {
   const int64_t in = w.in();
   switch (w.weight.dtype) {
@@ -54,8 +55,6 @@ void dequantize_rows(float* out, const LinearWeight& w, int64_t r0, int64_t r1) 
       OSPREY_CHECK(false, "unsupported weight dtype ", dtype_name(w.weight.dtype));
   }
 }
-
-}  // namespace
 
 void dequantize(Tensor out_f32, const LinearWeight& w) {
   OSPREY_CHECK(out_f32.shape == w.weight.shape, "dequantize shape");
