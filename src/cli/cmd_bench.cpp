@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels.h"
 #include "bench/serve.h"
 #include "bench/step.h"
 #include "bench/url.h"
@@ -175,12 +176,31 @@ void add_step(CLI::App& bench) {
   });
 }
 
+void add_kernels(CLI::App& bench) {
+  auto a = std::make_shared<bench::KernelOptions>();
+  CLI::App* sub = bench.add_subcommand(
+      "kernels", "time each fast kernel alone on DeepSeek-V3.2's shapes against the ceilings");
+  sub->add_option("--op", a->op, "which op's kernels: mla")->capture_default_str();
+  sub->add_option("--warmup", a->warmup, "untimed calls first")->capture_default_str();
+  sub->add_option("--iters", a->iters, "timed calls (median reported)")->capture_default_str();
+  sub->add_option("--seed", a->seed, "random inputs")->capture_default_str();
+  sub->add_flag("!--no-baseline", a->baseline, "skip timing the CUDA-core kernels");
+  sub->add_flag("--quick", a->quick, "three shapes only");
+  sub->callback([a] {
+    if (a->iters < 1 || a->warmup < 0) fail("--iters must be at least 1 and --warmup at least 0");
+    bench::run_kernel_benchmark(*a);
+  });
+}
+
 void register_cmd(CLI::App& app) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "benchmarks: serve (an OpenAI-compatible server), step (model steps on the GPU)");
+      "bench",
+      "benchmarks: serve (an OpenAI-compatible server), step (model steps on the GPU), kernels "
+      "(fast kernels alone on the GPU)");
   bench->require_subcommand(1);
   add_serve(*bench);
   add_step(*bench);
+  add_kernels(*bench);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "model/deepseek.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -98,7 +99,15 @@ void DeepseekModel::forward(const ForwardBatch& hb, PagedKVCache& cache, Tensor 
   if (hb.attn.seq_lens.device == Device::CPU)
     for (int s = 0; s < hb.attn.n_seqs; ++s) kv_rows += hb.attn.seq_lens.ptr<int32_t>()[s];
   ws_.reset();
-  const ForwardBatch b = stage_batch(hb);
+  // The attention's split-KV plan is keyed by this (built once per step, reused across layers
+  // and across steps whose clamped lengths repeat).
+  ForwardBatch hf = hb;
+  if (hf.attn.positions.device == Device::CPU && hf.attn.query_start_loc.device == Device::CPU) {
+    const bool sparse = c.has_indexer && !ablation_.dense_attention;
+    hf.attn.fingerprint =
+        attention_fingerprint(hf.attn, sparse ? int64_t(c.index_topk) : int64_t(INT32_MAX));
+  }
+  const ForwardBatch b = stage_batch(hf);
   Tensor residual = alloc(DType::F32, {T, D});  // [n_tokens, D] the residual stream
   Tensor x = alloc(DType::F32, {T, D});         // [n_tokens, D] normalised input of the next block
   Tensor y = alloc(DType::F32, {T, D});         // [n_tokens, D] output of the current block
@@ -190,9 +199,14 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
 
   Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
-  const bool expanded = o.path == AttentionPath::Expanded ||
-                        (o.path == AttentionPath::Auto && b.max_query_len > 1 &&
-                         (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
+  // Sparse prompt chunks go absorbed where the device's absorbed kernel is the fast one (sm90):
+  // the chosen top-k rows in latent space, no decompression of the context through kv_b.
+  const bool absorbed_prefill =
+      topk.data != nullptr && ops::mla_absorbed_prefill_preferred(device_, H, kv_lora, rope, true);
+  const bool expanded =
+      o.path == AttentionPath::Expanded ||
+      (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
+       (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;

@@ -7,7 +7,11 @@
 //   slot_mapping    [n_tokens] I64: cache slot (block · block_size + offset) each new token writes
 //   req_id_per_token [n_tokens] I32: the batch row (sequence) of each token, so a kernel over
 //                   tokens finds its sequence without searching query_start_loc
+//   fingerprint     what the attention's split-KV work plan depends on, hashed once per step on
+//                   the host (attention_fingerprint below); 0 = unknown, plans are rebuilt
 #pragma once
+
+#include <cstdint>
 
 #include "core/tensor.h"
 
@@ -23,6 +27,12 @@ struct AttentionMeta {
   Tensor block_table;
   Tensor slot_mapping;
   Tensor req_id_per_token;
+  uint64_t fingerprint = 0;
 };
+
+// The batch fingerprint of vLLM's V3.2 metadata cache: n_tokens, the maximum query length and
+// every token's attended length min(positions[t] + 1, clamp) in order (clamp = the attention's
+// top-k, or INT32_MAX for dense attention). Read from host positions and query_start_loc; never 0.
+uint64_t attention_fingerprint(const AttentionMeta& host_meta, int64_t clamp);
 
 }  // namespace osprey

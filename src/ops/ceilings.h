@@ -12,10 +12,12 @@ struct Timing {
   int iters = 0;
 };
 // Times fn with CUDA events around each call (after `warmup` untimed calls): median, min, max.
-Timing time_events(const std::function<void()>& fn, int warmup, int iters);
+// flush_bytes > 0: a memset of that many bytes before each timed call (outside the events) evicts
+// the inputs from L2, as FlashMLA's benchmarks do.
+Timing time_events(const std::function<void()>& fn, int warmup, int iters, size_t flush_bytes = 0);
 
-// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), a plain vectorised copy
-// kernel over `bytes`-sized random buffers; median of 20 after warm-up.
+// Device-to-device copy bandwidth in GB/s (bytes read + bytes written) over `bytes`-sized random
+// buffers: the faster of a plain vectorised copy kernel and cudaMemcpyAsync; medians of 20.
 double copy_bandwidth_gbs(size_t bytes);
 // Free and total device memory in bytes.
 void memory_info(size_t* free_bytes, size_t* total_bytes);

@@ -76,8 +76,18 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
   OSPREY_DISPATCH(mla_cache_gather, out.device, out, latent_cache, m);
 }
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale) {
-  OSPREY_DISPATCH(mla_attention_absorbed, out.device, out, q, latent_cache, m, topk_indices, scale);
+                            Tensor topk_indices, float scale, Tensor lse) {
+  OSPREY_DISPATCH(mla_attention_absorbed, out.device, out, q, latent_cache, m, topk_indices, scale,
+                  lse);
+}
+bool mla_absorbed_prefill_preferred(Device device, int64_t heads, int64_t kv_lora, int64_t rope,
+                                    bool sparse) {
+#ifdef OSPREY_WITH_CUDA
+  if (device == Device::CUDA)
+    return cuda::mla_absorbed_prefill_preferred(heads, kv_lora, rope, sparse);
+#endif
+  (void)device, (void)heads, (void)kv_lora, (void)rope, (void)sparse;
+  return false;
 }
 void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
                             Tensor topk_indices, float scale) {

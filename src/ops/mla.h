@@ -27,7 +27,11 @@
 // decompressed from the latent by kv_b_proj, rows kv_start_loc[s] .. + seq_lens[s]:
 //   out [n_tokens, H, v] = softmax(scale · q·K_j, j ≤ p, j ∈ topk) · V_j
 // topk_indices [n_tokens, topk] I32: context positions to attend, −1 for unused entries; an empty
-// tensor means dense (all causal positions).
+// tensor means dense (all causal positions). The valid entries of a row come first (the indexer's
+// contract, ops/indexer.h): entries at i ≥ min(topk, p + 1) must be −1 (the CUDA twin skips them
+// unread). Repeated positions are attended as often as they appear.
+// lse (absorbed, optional) [n_tokens, H] F32: log Σ_j e^score_j, natural log, −inf when nothing
+// is attended (the split-KV merge quantity, as FlashMLA returns it).
 #pragma once
 
 #include <cfloat>
@@ -76,16 +80,27 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
 // cumsum); an FP8 cache is dequantized (the prefill path).
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale);
+                            Tensor topk_indices, float scale, Tensor lse = {});
 void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
                             Tensor topk_indices, float scale);
+// Whether a chunk of prompt tokens should take the absorbed form on this device: true where the
+// sm90 tensor-core kernel serves sparse (top-k) attention at 512 + 64 with these heads, so a
+// prefill chunk attends its chosen rows in latent space instead of decompressing every cached row
+// through kv_b (the expanded path). The CPU twin: always false (the expanded form is cheaper
+// there).
+bool mla_absorbed_prefill_preferred(Device device, int64_t heads, int64_t kv_lora, int64_t rope,
+                                    bool sparse);
+namespace cuda {
+bool mla_absorbed_prefill_preferred(int64_t heads, int64_t kv_lora, int64_t rope, bool sparse);
+}  // namespace cuda
+
 namespace cpu {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale);
+                            Tensor topk_indices, float scale, Tensor lse = {});
 void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
                             Tensor topk_indices, float scale);
 }  // namespace cpu
@@ -96,7 +111,7 @@ void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale);
+                            Tensor topk_indices, float scale, Tensor lse = {});
 void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const AttentionMeta& m,
                             Tensor topk_indices, float scale);
 }  // namespace cuda

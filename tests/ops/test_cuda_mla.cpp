@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "ops/cuda/mla/hooks.h"
 #include "ops/mla.h"
 
 namespace osprey {
@@ -209,7 +210,11 @@ void absorbed_fp8_case(bool sparse, DType dt, int64_t lora, int64_t rope, int64_
   ops::mla_attention_absorbed(ref, q, cache, b.host, sparse ? topk.view() : Tensor{}, kScale);
   DeviceBuffer d_cache = upload(cache), dq = upload(q, dt), d_out = poisoned(dt, {n, heads, lora});
   DeviceBuffer d_topk = sparse ? cuda::to_device(topk) : DeviceBuffer();
+  // F32 queries check the CUDA-core kernel at F32 precision (the sm90 tensor-core kernel, which
+  // rounds q and the dequantised rows to BF16, is covered by test_cuda_mla_sm90).
+  const bool was = ops::cuda::set_mla_sm90_enabled(dt != DType::F32);
   ops::mla_attention_absorbed(d_out, dq, d_cache, b.dev, sparse ? d_topk.view() : Tensor{}, kScale);
+  ops::cuda::set_mla_sm90_enabled(was);
   int max_ctx = 0;
   for (int c : ctx) max_ctx = std::max(max_ctx, c);
   const std::string attended = sparse ? strf("top-%d", topk_k) : std::string("dense");

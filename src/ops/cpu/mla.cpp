@@ -105,19 +105,25 @@ void softmax(std::vector<float>& x) {
 
 // One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0,
 // vd). (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
-void attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
-                 const std::vector<const float*>& values, int64_t vd, float scale,
-                 std::vector<float>& p) {
+// Returns log Σ_i e^score_i (natural log) of the head's scaled scores.
+float attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
+                  const std::vector<const float*>& values, int64_t vd, float scale,
+                  std::vector<float>& p) {
   p.assign(keys.size(), 0.0f);
   for (size_t i = 0; i < keys.size(); ++i) {
     float dot = 0.0f;
     for (int64_t d = 0; d < qk; ++d) dot += q[d] * keys[i][d];
     p[i] = dot * scale;
   }
+  const float mx = *std::max_element(p.begin(), p.end());
+  double sum = 0.0;
+  for (float v : p) sum += std::exp(double(v) - mx);
+  const float lse = mx + float(std::log(sum));
   softmax(p);
   std::fill_n(out, vd, 0.0f);
   for (size_t i = 0; i < keys.size(); ++i)
     for (int64_t d = 0; d < vd; ++d) out[d] += p[i] * values[i][d];
+  return lse;
 }
 
 }  // namespace
@@ -207,7 +213,7 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
 }
 
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale) {
+                            Tensor topk_indices, float scale, Tensor lse) {
   const int64_t H = q.size(1), width = q.size(2), kv_lora = out.size(2);
   const bool fp8 = latent_cache.dtype == DType::U8;
   if (fp8)
@@ -215,6 +221,8 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   else
     OSPREY_CHECK(latent_cache.size(-1) == width, "absorbed MLA cache width");
   OSPREY_CHECK(out.size(0) == m.n_tokens && out.size(1) == H, "absorbed MLA shapes");
+  OSPREY_CHECK(lse.data == nullptr || (lse.dtype == DType::F32 && lse.numel() == m.n_tokens * H),
+               "absorbed MLA lse must be F32 [n_tokens, H]");
   const int64_t bytes = latent_cache.size(-1);
   const int32_t* pos = m.positions.ptr<int32_t>();
   std::vector<int64_t> js;
@@ -236,9 +244,11 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
         rows[i] = latent_cache.f32() + r * width;
       }
     }
-    for (int64_t h = 0; h < H; ++h)
-      attend_head(out.f32() + (t * H + h) * kv_lora, q.f32() + (t * H + h) * width, rows, width,
-                  rows, kv_lora, scale, p);
+    for (int64_t h = 0; h < H; ++h) {
+      const float l = attend_head(out.f32() + (t * H + h) * kv_lora, q.f32() + (t * H + h) * width,
+                                  rows, width, rows, kv_lora, scale, p);
+      if (lse.data) lse.f32()[t * H + h] = l;
+    }
   }
 }
 

@@ -32,6 +32,7 @@
 #include <cfloat>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/mla/decode_sm90.cuh"
 #include "ops/mla.h"
 
 namespace osprey::ops::cuda {
@@ -525,7 +526,7 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
 }
 
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
-                            Tensor topk_indices, float scale) {
+                            Tensor topk_indices, float scale, Tensor lse) {
   check_device(q, "mla_attention_absorbed", "q");
   check_device(latent_cache, "mla_attention_absorbed", "latent_cache");
   check_meta(m, "mla_attention_absorbed");
@@ -539,6 +540,16 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
                  width - kv_lora);
   else
     OSPREY_CHECK(latent_cache.size(-1) == width, "absorbed MLA cache width");
+  if (lse.data) check_device(lse, "mla_attention_absorbed", "lse");
+  OSPREY_CHECK(lse.data == nullptr || (lse.dtype == DType::F32 && lse.numel() == m.n_tokens * H),
+               "absorbed MLA lse must be F32 [n_tokens, H]");
+  if (mla_decode_sm90_supported(out, q, latent_cache, m)) {
+    mla_decode_sm90(out, q, latent_cache, m, topk_indices, scale, lse);
+    return;
+  }
+  // The CUDA-core kernels below (F32 caches, other shapes) do not produce the lse.
+  OSPREY_CHECK(lse.data == nullptr,
+               "absorbed MLA lse needs the sm90 kernel (BF16 or FP8 cache of 512 + 64)");
   if (width != kWidth || kv_lora != kLat || H % kHeadsPerBlock != 0) {
     if (m.n_tokens == 0) return;
     with_latent_rows(latent_cache, kv_lora, [&](auto reader) {

@@ -1,0 +1,176 @@
+// The split-KV plan kernel, its fingerprint cache, and the combine kernel (math in split_kv.cuh).
+//
+// mla_plan_kernel: one block of kPlanThreads; two block-wide scans over the tokens in chunks of
+//   kPlanThreads (the blocks per token, then the partial slots of the split tokens).
+// mla_combine_kernel: grid [n_tokens, ceil(H / kCombineHeads)], a warp per head; a token with one
+//   split returns at once. out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M), M = max_s lse_s,
+//   lse = (M + log2 Σ_s 2^(lse_s − M)) · ln 2.
+#include <cub/block/block_scan.cuh>
+
+#include <climits>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/mla/hooks.h"
+#include "ops/cuda/mla/split_kv.cuh"
+
+namespace osprey::ops::cuda {
+
+namespace {
+constexpr int kPlanThreads = 1024;
+constexpr int kCombineHeads = 4;  // warps (heads) per combine block
+constexpr float kLn2 = 0.6931471805599453f;
+
+__global__ void __launch_bounds__(kPlanThreads)
+    mla_plan_kernel(int32_t* __restrict__ cum, int32_t* __restrict__ split_base,
+                    int32_t* __restrict__ payload, const int32_t* __restrict__ positions,
+                    int n_tokens, int32_t clamp, int n_parts) {
+  using Scan = cub::BlockScan<int32_t, kPlanThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ int32_t carry, pl;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < n_tokens; base += kPlanThreads) {
+    const int t = base + int(threadIdx.x);
+    int32_t nb = 0;
+    if (t < n_tokens) nb = (min(positions[t] + 1, clamp) + kMlaBlockN - 1) / kMlaBlockN;
+    int32_t excl = 0, sum = 0;
+    Scan(tmp).ExclusiveSum(nb, excl, sum);
+    if (t < n_tokens) cum[t] = carry + excl;
+    __syncthreads();
+    if (threadIdx.x == 0) carry += sum;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    cum[n_tokens] = carry;
+    pl = max(1, (carry + n_parts - 1) / n_parts);
+    *payload = pl;
+    carry = 0;
+  }
+  __syncthreads();  // cum (global, this block's writes) and pl are visible to every thread now
+  for (int base = 0; base < n_tokens; base += kPlanThreads) {
+    const int t = base + int(threadIdx.x);
+    int32_t slots = 0;
+    if (t < n_tokens) {
+      const int ns = mla_n_splits(cum, pl, t);
+      slots = ns > 1 ? ns : 0;
+    }
+    int32_t excl = 0, sum = 0;
+    Scan(tmp).ExclusiveSum(slots, excl, sum);
+    if (t < n_tokens) split_base[t] = carry + excl;
+    __syncthreads();
+    if (threadIdx.x == 0) carry += sum;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) split_base[n_tokens] = carry;
+}
+
+template <typename To>
+__global__ void mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse,
+                                   const float* __restrict__ part_o,
+                                   const float* __restrict__ part_lse,
+                                   const int32_t* __restrict__ cum,
+                                   const int32_t* __restrict__ split_base,
+                                   const int32_t* __restrict__ payload, int H, int kv_lora) {
+  const int t = blockIdx.x;
+  const int h = blockIdx.y * kCombineHeads + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (h >= H) return;
+  const int ns = mla_n_splits(cum, *payload, t);
+  if (ns <= 1) return;
+  const int slot0 = split_base[t];
+  float M = -INFINITY;
+  for (int s = 0; s < ns; ++s) M = fmaxf(M, part_lse[int64_t(slot0 + s) * H + h]);
+  To* o = out + (int64_t(t) * H + h) * kv_lora;
+  if (M == -INFINITY) {  // nothing attended in any split
+    for (int c = lane; c < kv_lora; c += 32) o[c] = from_f32<To>(0.0f);
+    if (lse && lane == 0) lse[int64_t(t) * H + h] = -INFINITY;
+    return;
+  }
+  float wsum = 0.0f;
+  for (int s = 0; s < ns; ++s) wsum += exp2f(part_lse[int64_t(slot0 + s) * H + h] - M);
+  const float inv = 1.0f / wsum;
+  for (int c = lane * 4; c < kv_lora; c += 128) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < ns; ++s) {
+      const float w = exp2f(part_lse[int64_t(slot0 + s) * H + h] - M) * inv;
+      const float4 v =
+          *reinterpret_cast<const float4*>(part_o + (int64_t(slot0 + s) * H + h) * kv_lora + c);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    o[c] = from_f32<To>(acc.x);
+    o[c + 1] = from_f32<To>(acc.y);
+    o[c + 2] = from_f32<To>(acc.z);
+    o[c + 3] = from_f32<To>(acc.w);
+  }
+  if (lse && lane == 0) lse[int64_t(t) * H + h] = (M + log2f(wsum)) * kLn2;
+}
+
+// The cached plan: one grow-only device allocation and the key it was built for.
+struct PlanCache {
+  int32_t* buf = nullptr;  // [cum: n + 1 | split_base: n + 1 | payload: 1]
+  int64_t capacity = 0;    // int32 entries
+  bool valid = false;
+  uint64_t fingerprint = 0;
+  int n_tokens = 0, n_parts = 0;
+  int64_t clamp = 0;
+};
+PlanCache g_plan;
+int64_t g_plan_builds = 0;
+}  // namespace
+
+int64_t mla_plan_builds() {
+  return g_plan_builds;
+}
+
+MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
+  const int n = m.n_tokens;
+  const int64_t need = 2 * (int64_t(n) + 1) + 1;
+  PlanCache& c = g_plan;
+  if (need > c.capacity) {
+    if (c.buf) OSPREY_CUDA_CHECK(cudaFree(c.buf));  // synchronises: no kernel still reads it
+    c.capacity = std::max<int64_t>(need, 2 * c.capacity);
+    OSPREY_CUDA_CHECK(cudaMalloc(&c.buf, size_t(c.capacity) * sizeof(int32_t)));
+    c.valid = false;
+  }
+  const bool hit = c.valid && m.fingerprint != 0 && c.fingerprint == m.fingerprint &&
+                   c.n_tokens == n && c.n_parts == n_parts && c.clamp == clamp;
+  if (!hit) {
+    mla_plan_kernel<<<1, kPlanThreads, 0, stream()>>>(
+        c.buf, c.buf + n + 1, c.buf + 2 * (n + 1), m.positions.ptr<int32_t>(), n,
+        int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts);
+    OSPREY_CUDA_LAUNCH_CHECK();
+    ++g_plan_builds;
+    c.valid = true;
+    c.fingerprint = m.fingerprint;
+    c.n_tokens = n;
+    c.n_parts = n_parts;
+    c.clamp = clamp;
+  }
+  MlaPlan p;
+  p.cum = c.buf;
+  p.split_base = c.buf + n + 1;
+  p.payload = c.buf + 2 * (n + 1);
+  p.n_tokens = n;
+  p.n_parts = n_parts;
+  p.max_slots = std::max(1, 2 * (n_parts - 1));
+  return p;
+}
+
+void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_o,
+                        const float* part_lse, const MlaPlan& plan, int H, int kv_lora) {
+  if (plan.n_tokens == 0 || plan.n_parts <= 1) return;  // one part: no token is ever split
+  const dim3 grid(unsigned(plan.n_tokens), unsigned((H + kCombineHeads - 1) / kCombineHeads));
+  if (out_bf16)
+    mla_combine_kernel<bf16><<<grid, kCombineHeads * 32, 0, stream()>>>(
+        static_cast<bf16*>(out), lse, part_o, part_lse, plan.cum, plan.split_base, plan.payload, H,
+        kv_lora);
+  else
+    mla_combine_kernel<float><<<grid, kCombineHeads * 32, 0, stream()>>>(
+        static_cast<float*>(out), lse, part_o, part_lse, plan.cum, plan.split_base, plan.payload, H,
+        kv_lora);
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace osprey::ops::cuda
