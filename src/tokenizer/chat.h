@@ -49,6 +49,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -70,6 +71,10 @@ struct ChatToolCall {
 };
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_)
+      : role(std::move(role_)), content(std::move(content_)) {}
+
   std::string role;  // system | user | assistant | tool
   std::string content;
   bool content_is_null = false;   // "content": null (an assistant message that only calls tools)
