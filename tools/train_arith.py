@@ -15,6 +15,14 @@ which osprey picks for model_type deepseek_v32):
   <｜begin▁of▁sentence｜><｜User｜>{question}<｜Assistant｜></think>   → "{solution}<｜end▁of▁sentence｜>"
 The loss is on the completion tokens only.
 
+Chat modes (issue #17; tools/arith/generate.py chat_segments, rendered as osprey's deepseek-v3.2
+chat encoder renders them, which the ctest arith_chat_render checks): plain problems as above;
+--thinking-frac of them in thinking mode (<｜Assistant｜><think> → "{steps}</think>The answer is
+N."); and --tool-frac of the steps on calculator conversations (the request's tools block in the
+prompt → a DSML call with the solution as one expression; the tool's result → "The answer is N.").
+The context is 2048 (the tools block is ~1100 tokens). After training, --modes-eval test problems
+are also run in thinking mode and through the calculator round trip (train_report.json "modes").
+
 Training, as DeepSeek trained V3.2's indexer (transformers' indexer returns indices only and gets
 no gradient, so attention is re-implemented here for training, with the module's own weights):
   stage 1, dense warm-up (--dense-frac of the time): attention over every causal position; the
@@ -65,6 +73,11 @@ BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT, END_THINK = "<｜User｜>", "<｜Assistant｜>", "</think>"
 
 
+# The calculator conversation's prompt carries V3.2's tools block (~1100 tokens with this
+# tokenizer), so the context is 2048 (YaRN over the 256 trained positions).
+MAX_POSITIONS = 2048
+
+
 def model_config(vocab, index_topk):
     return {
         "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
@@ -78,9 +91,9 @@ def model_config(vocab, index_topk):
         "n_group": 4, "topk_group": 2, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
         "scoring_func": "sigmoid", "topk_method": "noaux_tc",
         "index_n_heads": 4, "index_head_dim": 32, "index_topk": index_topk,
-        "max_position_embeddings": 1024, "num_nextn_predict_layers": 0,
+        "max_position_embeddings": MAX_POSITIONS, "num_nextn_predict_layers": 0,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 4.0,
+        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": MAX_POSITIONS / 256,
                          "original_max_position_embeddings": 256, "beta_fast": 32.0,
                          "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
         "tie_word_embeddings": False, "vocab_size": vocab,
@@ -106,6 +119,37 @@ class Encoder:
 
     def decode(self, ids):
         return self.tok.decode(ids, skip_special_tokens=True)
+
+    def segments(self, segs, cache):
+        """(ids, trained mask) of a conversation given as [(text, trained)]. Segments meet at
+        special tokens, so encoding them apart gives the ids of the whole text; the (long,
+        repeated) prompt segments are cached."""
+        ids, mask = [], []
+        for text, trained in segs:
+            if not trained and text in cache:
+                part = cache[text]
+            else:
+                part = self.tok.encode(text, add_special_tokens=False).ids
+                if not trained and len(cache) < 4:
+                    cache[text] = part
+            ids += part
+            mask += [trained] * len(part)
+        return ids, mask
+
+
+def make_masked_batch(examples, device):
+    """Right-padded (pad = eos) inputs and labels (-100 outside the trained segments)."""
+    L = max(len(ids) for ids, _ in examples)
+    ids_t = torch.full((len(examples), L), 1, dtype=torch.long)
+    labels = torch.full((len(examples), L), -100, dtype=torch.long)
+    valid = torch.zeros((len(examples), L), dtype=torch.bool)
+    for i, (ids, mask) in enumerate(examples):
+        t = torch.tensor(ids)
+        ids_t[i, :len(ids)] = t
+        m = torch.tensor(mask)
+        labels[i, :len(ids)] = torch.where(m, t, torch.full_like(t, -100))
+        valid[i, :len(ids)] = True
+    return ids_t.to(device), labels.to(device), valid.to(device)
 
 
 def make_batch(examples, device):
@@ -257,12 +301,67 @@ def evaluate(model, enc, problems, max_new_tokens, failures_path, batch=128):
             "ci95": [lo, hi], "failures": failures_path}
 
 
+@torch.no_grad()
+def evaluate_modes(model, enc, problems, max_new_tokens, out_path):
+    """Thinking mode and the calculator round trip under transformers' generate (greedy), one
+    problem at a time: thinking is right when the text after </think> names the answer; the tool
+    round is right when the call parses, its expression evaluates to the answer, and the reply
+    after the tool result names it."""
+    def gen(ids):
+        x = torch.tensor([ids], device="cuda")
+        out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                             max_new_tokens=max_new_tokens, eos_token_id=enc.eos,
+                             pad_token_id=enc.eos)[0, x.shape[1]:].tolist()
+        return out[:out.index(enc.eos) + 1] if enc.eos in out else out
+
+    cache, rows = {}, []
+    ok = {"thinking": 0, "tool_call": 0, "tool_answer": 0}
+    call_re = re.compile(r'<｜DSML｜parameter name="expression" string="true">(.*?)</｜DSML｜parameter>')
+    for p in problems:
+        want = str(p["answer"])
+        segs = generate.chat_segments(p, "thinking")
+        out = enc.tok.decode(gen(enc.segments(segs[:1], cache)[0]), skip_special_tokens=False)
+        reasoning, _, content = out.partition("</think>")
+        thinking_ok = normalize(flexible_extract(content)) == want
+        ok["thinking"] += thinking_ok
+        segs = generate.chat_segments(p, "tool")
+        prompt = enc.segments(segs[:1], cache)[0]
+        call_ids = gen(prompt)
+        call = enc.tok.decode(call_ids, skip_special_tokens=False)
+        m = call_re.search(call)
+        result, answer = None, ""
+        try:
+            result = generate.calculate(m.group(1)) if m else None
+        except ValueError:
+            result = None
+        if result is not None:
+            ok["tool_call"] += result == want
+            follow = prompt + call_ids + enc.tok.encode(generate.tool_result_text(result),
+                                                        add_special_tokens=False).ids
+            answer = enc.tok.decode(gen(follow), skip_special_tokens=True)
+            ok["tool_answer"] += normalize(flexible_extract(answer)) == want
+        rows.append({"id": p["id"], "answer": p["answer"], "thinking": out, "call": call,
+                     "result": result, "reply": answer})
+    with open(out_path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    n = len(problems)
+    res = {}
+    for k, v in ok.items():
+        lo, hi = wilson(v, n)
+        res[k] = {"n": n, "correct": v, "accuracy": v / n, "ci95": [lo, hi]}
+        print(f"transformers generate ({k}): {v}/{n} = {v / n:.4f}, 95% CI [{lo:.4f}, {hi:.4f}]",
+              flush=True)
+    res["outputs"] = out_path
+    return res
+
+
 def set_index_topk(model, k):
     for layer in model.model.layers:
         layer.self_attn.indexer.index_topk = k
 
 
-def evaluate_folder(folder, enc, test, max_new_tokens, index_topk):
+def evaluate_folder(folder, enc, test, max_new_tokens, index_topk, modes_limit=0):
     """The shipped folder under transformers' own code (float32, eager, generate): sparse (the
     config's index_topk) and dense (index_topk above any sequence)."""
     ref = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32,
@@ -274,7 +373,12 @@ def evaluate_folder(folder, enc, test, max_new_tokens, index_topk):
     results["dense"] = evaluate(ref, enc, test, max_new_tokens,
                                 os.path.join(folder, "hf_failures_dense.jsonl"))
     set_index_topk(ref, index_topk)
+    if modes_limit:
+        results["modes"] = evaluate_modes(ref, enc, test[:modes_limit], max_new_tokens,
+                                          os.path.join(folder, "hf_modes.jsonl"))
     for k, r in results.items():
+        if k == "modes":
+            continue
         print(f"transformers generate ({k}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']}), "
               f"95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] in {time.time() - t_eval:.0f} s",
               flush=True)
@@ -302,6 +406,14 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tool-frac", type=float, default=0.3,
+                    help="share of the steps on calculator-tool conversations")
+    ap.add_argument("--tool-batch", type=int, default=48, help="conversations per tool step")
+    ap.add_argument("--thinking-frac", type=float, default=0.25,
+                    help="share of the plain batches' problems in thinking mode")
+    ap.add_argument("--n-tool", type=int, default=60_000, help="tool conversations prepared")
+    ap.add_argument("--modes-eval", type=int, default=300,
+                    help="test problems for the thinking and tool evaluation (0: none)")
     ap.add_argument("--smoke", action="store_true", help="a few steps on tiny data, then a small eval")
     ap.add_argument("--no-eval", action="store_true",
                     help="save the trained folder and stop (evaluate later with --eval-only)")
@@ -310,6 +422,7 @@ def main():
     args = ap.parse_args()
     if args.smoke:
         args.minutes, args.n_train, args.eval_limit, args.batch = 0.5, 2000, 40, 32
+        args.n_tool, args.tool_batch, args.modes_eval = 200, 8, 10
     if args.out is None:
         args.out = "/tmp/osprey-arith-smoke" if args.smoke else os.path.join(ROOT, "models", "osprey-arith")
     t_start = time.time()
@@ -325,7 +438,8 @@ def main():
             test = test[:args.eval_limit]
         with open(os.path.join(args.out, "config.json")) as f:
             index_topk = json.load(f)["index_topk"]
-        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, index_topk)
+        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, index_topk,
+                                  args.modes_eval)
         path = os.path.join(args.out, "train_report.json")
         report = json.load(open(path)) if os.path.exists(path) else {}
         report["eval"] = results
@@ -353,10 +467,19 @@ def main():
     held_out = {p["question"] for p in test + dev}
     t0 = time.time()
     train = generate.training_problems(args.n_train, exclude_questions=held_out)
-    data = list(zip(enc.prompts([p["question"] for p in train]), enc.completions([p["solution"] for p in train])))
-    lens = [len(p) + len(c) for p, c in data]
-    print(f"{len(data)} training problems in {time.time() - t0:.1f} s; tokens per problem "
-          f"mean {sum(lens) / len(lens):.0f}, max {max(lens)}; index_topk {args.index_topk}")
+    rng = random.Random(args.seed + 1)
+    cache = {}
+    data = [enc.segments(generate.chat_segments(p, "thinking" if rng.random() < args.thinking_frac
+                                                else "plain"), cache) for p in train]
+    tool_data = [enc.segments(generate.chat_segments(p, "tool"), cache)
+                 for p in train[:args.n_tool]]
+    lens = [len(ids) for ids, _ in data]
+    tlens = [len(ids) for ids, _ in tool_data]
+    print(f"{len(data)} training problems ({args.thinking_frac:.0%} thinking) and {len(tool_data)} "
+          f"tool conversations in {time.time() - t0:.1f} s; tokens mean {sum(lens) / len(lens):.0f} "
+          f"(max {max(lens)}), tool mean {sum(tlens) / len(tlens):.0f} (max {max(tlens)}); "
+          f"index_topk {args.index_topk}")
+    assert max(tlens) < MAX_POSITIONS
 
     indexer_params = [p for n, p in model.named_parameters() if ".indexer." in n]
     main_params = [p for n, p in model.named_parameters() if ".indexer." not in n]
@@ -384,6 +507,9 @@ def main():
     order = list(range(len(data)))
     random.shuffle(order)
     cursor = 0
+    tool_order = list(range(len(tool_data)))
+    random.shuffle(tool_order)
+    tool_cursor, tool_steps = 0, 0
     warmup_steps = 100 if not args.smoke else 5
     stage_switch = None
     while True:
@@ -397,12 +523,20 @@ def main():
         scale = min(1.0, (step + 1) / warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
-        if cursor + args.batch > len(order):
-            random.shuffle(order)
-            cursor = 0
-        batch = [data[i] for i in order[cursor:cursor + args.batch]]
-        cursor += args.batch
-        ids, labels, valid = make_batch(batch, "cuda")
+        if random.random() < args.tool_frac:
+            if tool_cursor + args.tool_batch > len(tool_order):
+                random.shuffle(tool_order)
+                tool_cursor = 0
+            batch = [tool_data[i] for i in tool_order[tool_cursor:tool_cursor + args.tool_batch]]
+            tool_cursor += args.tool_batch
+            tool_steps += 1
+        else:
+            if cursor + args.batch > len(order):
+                random.shuffle(order)
+                cursor = 0
+            batch = [data[i] for i in order[cursor:cursor + args.batch]]
+            cursor += args.batch
+        ids, labels, valid = make_masked_batch(batch, "cuda")
         TrainState.valid, TrainState.kl = valid, []
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(input_ids=ids, labels=labels, use_cache=False)
@@ -446,12 +580,16 @@ def main():
     results = None
     t_eval = time.time()
     if not args.no_eval:
-        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, args.index_topk)
+        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, args.index_topk,
+                                  args.modes_eval)
     report = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "transformers": transformers.__version__, "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(), "parameters": n_params, "config": cfg_dict,
         "train_problems": len(data), "steps": step, "sparse_from_step": stage_switch,
+        "tool_conversations": len(tool_data), "tool_steps": tool_steps,
+        "thinking_frac": args.thinking_frac, "chat_modes": ["plain", "thinking", "tool"],
+        "tool": generate.CALCULATOR_TOOL,
         "batch": args.batch, "train_seconds": round(train_seconds, 1),
         "eval_seconds": round(time.time() - t_eval, 1), "total_seconds": round(time.time() - t_start, 1),
         "final": final, "history": history, "eval": results,

@@ -15,18 +15,21 @@
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
 #include "server/openai_server.h"
+#include "server/parser_choice.h"
 
 namespace osprey::cli {
 namespace {
 
 struct Args {
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
-                     load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto";
+                     load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto",
+                     tool_call_parser = "auto", reasoning_parser = "auto";
   int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
       io_threads = 2;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
   size_t max_request_bytes = size_t(16) << 20, max_queued = 4096;
   bool no_prefix_caching = false;
+  bool enable_auto_tool_choice = false;
   uint64_t seed = 0;
 };
 
@@ -36,6 +39,7 @@ void on_signal(int) {
 }
 
 void run(const Args& a, bool kv_given, bool util_given) {
+  (void)kv_given;  // read by the CUDA build only
   if (a.device != "cpu" && a.device != "cuda")
     fail("--device must be cpu or cuda, got '", a.device, "'");
   const bool cuda = a.device == "cuda";
@@ -101,6 +105,12 @@ void run(const Args& a, bool kv_given, bool util_given) {
     if (const char* k = std::getenv("OSPREY_API_KEY")) so.api_key = k;
   so.max_queued = a.max_queued;
   so.max_num_seqs = a.max_num_seqs;
+  if (bundle.chat) {
+    so.tool_call_parser =
+        server::choose_tool_call_format(a.tool_call_parser, bundle.chat->format());
+    so.reasoning_parser = server::choose_reasoning_format(a.reasoning_parser, bundle.chat->format(),
+                                                          server::read_chat_template(dir));
+  }
   server::OpenAIServer api(bundle, engine, metrics, so);
   server::HttpServerOptions ho;
   ho.host = a.host;
@@ -118,15 +128,16 @@ void run(const Args& a, bool kv_given, bool util_given) {
   std::fprintf(
       stderr,
       "osprey serve: %s as '%s' on http://%s:%d (%s, max_model_len %d, %lld KV blocks of %d "
-      "tokens, latent cache %s, max_num_seqs %d, %s)\n",
+      "tokens, latent cache %s, max_num_seqs %d, %s, tool calls %s, reasoning %s)\n",
       dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(), a.device.c_str(),
       engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize,
       bundle.model->fp8_latent_cache() ? "fp8"
       : cuda                           ? "bf16"
                                        : "f32",
       a.max_num_seqs,
-      bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data()
-                       : "no tokenizer");
+      bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data() : "no tokenizer",
+      so.tool_call_parser ? server::tool_call_format_name(*so.tool_call_parser).data() : "off",
+      so.reasoning_parser ? server::reasoning_format_name(*so.reasoning_parser).data() : "off");
   std::fflush(stderr);
   http.run();
   g_server = nullptr;
@@ -159,7 +170,15 @@ void register_cmd(CLI::App& app) {
                   "layer at V3.2 shapes, BF16 1152)");
   sub->add_option("--load-format", a->load_format,
                   "auto | safetensors | dummy (random weights, config.json only)");
-  sub->add_option("--chat-format", a->chat_format, "auto | deepseek-v3 | deepseek-v3.1 | simple");
+  sub->add_option("--chat-format", a->chat_format,
+                  "auto | deepseek-v3 | deepseek-v3.1 | deepseek-v3.2 | simple");
+  sub->add_option("--tool-call-parser", a->tool_call_parser,
+                  "auto (from the chat format) | none | deepseek_v3 | deepseek_v31 | deepseek_v32");
+  sub->add_option("--reasoning-parser", a->reasoning_parser,
+                  "auto (from the chat format and template) | none | deepseek_r1 | deepseek_v3");
+  sub->add_flag("--enable-auto-tool-choice", a->enable_auto_tool_choice,
+                "accepted for vLLM compatibility: tool_choice auto is on whenever a tool-call "
+                "parser is");
   sub->add_option("--max-request-bytes", a->max_request_bytes,
                   "largest request body (default 16 MiB)");
   sub->add_option("--max-queued-requests", a->max_queued,

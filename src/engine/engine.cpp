@@ -91,7 +91,7 @@ void Engine::add_request(uint64_t id, std::vector<int32_t> prompt, SamplingParam
   s.prompt = std::move(prompt);
   s.params = std::move(params);
   s.seed = s.params.seed ? *s.params.seed : seed_rng_();
-  if (decoders_) l.decoder = decoders_();
+  if (decoders_) l.decoder = decoders_(s.params.skip_special_tokens);
   for (const auto& st : s.params.stop) l.max_stop = std::max(l.max_stop, st.size());
   l.pending.id = id;
   l.pending.prompt_tokens = int(s.prompt.size());

@@ -20,13 +20,16 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
   const int64_t start = int64_t(max_model_len) - chunk;
   const int64_t n_blocks = (int64_t(max_model_len) + kBlockSize - 1) / kBlockSize;
   PagedKVCache cache = model.make_cache(n_blocks);
+  // Zeroed, so the earlier positions' keys are finite numbers (routing and top-k stay sane).
+#ifdef OSPREY_WITH_CUDA  // the device helpers exist only in the CUDA build
   if (cache.device() == Device::CUDA) {
-    // Zeroed, so the earlier positions' keys are finite numbers (routing and top-k stay sane).
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       cuda::fill_bytes(cache.latent(l), 0);
       if (c.has_indexer) cuda::fill_bytes(cache.index_keys(l), 0);
     }
-  } else {
+  } else
+#endif
+  {
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       Tensor t = cache.latent(l);
       std::fill_n(static_cast<char*>(t.data), t.nbytes(), 0);
@@ -51,14 +54,16 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
   for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
     ForwardOptions o;
     o.path = path;
+#ifdef OSPREY_WITH_CUDA  // DeviceBuffer exists only in the CUDA build
     if (model.device() == Device::CUDA) {
       DeviceBuffer logits(DType::F32, {n_logits, c.vocab_size});
       model.forward(batch, cache, logits, o);
       cuda::synchronize();
-    } else {
-      Buffer logits(DType::F32, {n_logits, c.vocab_size});
-      model.forward(batch, cache, logits, o);
+      continue;
     }
+#endif
+    Buffer logits(DType::F32, {n_logits, c.vocab_size});
+    model.forward(batch, cache, logits, o);
   }
   StepProfile p;
   p.tokens = chunk;

@@ -32,6 +32,8 @@ struct SamplingParams {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int logprobs = -1;
+  // false: special tokens are part of the text (what a tool-call or reasoning parser reads).
+  bool skip_special_tokens = true;
 
   static constexpr int kMaxLogprobs = 20;
   static constexpr size_t kMaxStopStrings = 16;

@@ -17,6 +17,7 @@ class TextDecoder {
   virtual std::string finish() = 0;             // whatever is still held back
 };
 
-using TextDecoderFactory = std::function<std::unique_ptr<TextDecoder>()>;
+// The argument: whether special tokens are left out of the text (SamplingParams).
+using TextDecoderFactory = std::function<std::unique_ptr<TextDecoder>(bool skip_special_tokens)>;
 
 }  // namespace osprey

@@ -7,7 +7,8 @@ namespace osprey {
 namespace {
 class Detok : public TextDecoder {
  public:
-  explicit Detok(const tokenizer::Tokenizer& t) : t_(t), d_(t, tokenizer::DecodeOptions{true}) {}
+  Detok(const tokenizer::Tokenizer& t, bool skip_special)
+      : t_(t), d_(t, tokenizer::DecodeOptions{skip_special}) {}
   // A model row with no token (DeepSeek's vocabulary is padded past the tokenizer's ids)
   // decodes to nothing rather than failing the step.
   std::string push(int32_t token) override {
@@ -22,7 +23,7 @@ class Detok : public TextDecoder {
 }  // namespace
 
 TextDecoderFactory make_text_decoder_factory(const tokenizer::Tokenizer& tok) {
-  return [&tok] { return std::make_unique<Detok>(tok); };
+  return [&tok](bool skip_special) { return std::make_unique<Detok>(tok, skip_special); };
 }
 
 }  // namespace osprey

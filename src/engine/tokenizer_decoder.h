@@ -1,5 +1,6 @@
 // The engine's TextDecoder over osprey's tokenizer: each request streams through its own
-// IncrementalDetokenizer (special tokens skipped, split characters held back).
+// IncrementalDetokenizer (special tokens skipped unless the request keeps them, split characters
+// held back).
 #pragma once
 
 #include "engine/text_decoder.h"

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "server/chat_tools.h"
 
 namespace osprey::server {
 
@@ -335,7 +336,8 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   return r;
 }
 
-GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
+GenerationRequest parse_chat_request(const json& body, const ServedModel& m,
+                                     const std::string* raw_body) {
   std::set<std::string> allowed = kCommon;
   allowed.insert({"messages", "max_completion_tokens", "logprobs", "top_logprobs",
                   "response_format", "tools", "tool_choice", "parallel_tool_calls",
@@ -361,13 +363,13 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
     if (!rf.is_object() || rf.value("type", "") != "text")
       f.bad("response_format", "only {\"type\": \"text\"} is supported");
   }
-  if (f.has("tools")) {
-    if (!f.at("tools").is_array()) f.bad("tools", "must be a list");
-    if (!f.at("tools").empty()) f.bad("tools", "tool calling is not supported by this server");
-  }
-  if (f.has("tool_choice") && f.at("tool_choice") != "none")
-    f.bad("tool_choice", "tool calling is not supported");
+  const ChatTools tools = parse_chat_tools(body, raw_body);
+  if (tools.choice != ToolChoice::kNone && !m.tool_call_parser)
+    f.bad("tools",
+          "need a tool-call parser: start the server with --tool-call-parser deepseek_v3, "
+          "deepseek_v31 or deepseek_v32 (none was given or found in the chat template)");
   tokenizer::ChatOptions co;
+  co.tools = tools.schemas;
   if (f.has("chat_template_kwargs")) {
     const json& k = f.at("chat_template_kwargs");
     if (!k.is_object()) f.bad("chat_template_kwargs", "must be an object");
@@ -379,47 +381,7 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
     }
   }
   if (!f.has("messages")) throw ApiError(400, "'messages' is required", "messages");
-  const json& ms = f.at("messages");
-  if (!ms.is_array()) f.bad("messages", "must be a list of messages");
-  if (ms.empty()) f.bad("messages", "must not be empty");
-  std::vector<tokenizer::ChatMessage> msgs;
-  for (size_t i = 0; i < ms.size(); ++i) {
-    const json& x = ms[i];
-    const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!x.is_object()) throw ApiError(400, "'" + where + "' must be an object", "messages");
-    if (!x.contains("role") || !x["role"].is_string())
-      throw ApiError(400, "'" + where + ".role' is required (system, user or assistant)",
-                     "messages");
-    std::string role = x["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant")
-      throw ApiError(400,
-                     "'" + where + ".role' is '" + role + "'; expected system, user or assistant",
-                     "messages");
-    for (auto it = x.begin(); it != x.end(); ++it)
-      if (it.key() != "role" && it.key() != "content" && it.key() != "name")
-        throw ApiError(400, "'" + where + "." + it.key() + "' is not supported", "messages");
-    if (!x.contains("content") || x["content"].is_null())
-      throw ApiError(400, "'" + where + ".content' is required", "messages");
-    std::string content;
-    const json& c = x["content"];
-    if (c.is_string()) {
-      content = c.get<std::string>();
-    } else if (c.is_array()) {
-      for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          throw ApiError(
-              400, "'" + where + ".content' parts must be {\"type\": \"text\", \"text\": ...}",
-              "messages");
-        content += part["text"].get<std::string>();
-      }
-    } else {
-      throw ApiError(400, "'" + where + ".content' must be a string or a list of text parts",
-                     "messages");
-    }
-    msgs.push_back({role, content});
-  }
+  const std::vector<tokenizer::ChatMessage> msgs = parse_api_messages(f.at("messages"));
   if (!m.bundle->chat)
     throw ApiError(
         400,
@@ -431,8 +393,25 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m) {
   } catch (const Error& e) {
     throw ApiError(400, std::string("'messages': ") + e.what(), "messages");
   }
+  // tool_choice required / a named function: the prompt ends inside a call (no reasoning first).
+  r.chat_output.thinking = co.thinking;
+  r.chat_output.reasoning_parser = m.reasoning_parser;
+  if (tools.choice != ToolChoice::kNone) r.chat_output.tool_parser = m.tool_call_parser;
+  if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) {
+    const std::string prefix = ToolCallParser::forced_prefix(
+        *m.tool_call_parser, tools.choice == ToolChoice::kNamed ? &tools.named : nullptr);
+    r.chat_output.assumed_prefix = prefix;
+    r.chat_output.reasoning_parser.reset();
+    const bool opened_thinking =
+        co.thinking && m.bundle->chat->format() != tokenizer::ChatFormat::kDeepSeekV3;
+    tokenizer::EncodeOptions eo;
+    eo.add_special_tokens = false;
+    for (auto id : m.bundle->tokenizer->encode((opened_thinking ? "</think>" : "") + prefix, eo))
+      c.prompt.push_back(id);
+  }
   c.params = sampling(f, m);
   c.params.logprobs = r.logprobs;
+  c.params.skip_special_tokens = !(r.chat_output.tool_parser || r.chat_output.reasoning_parser);
   const char* key = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   fit_length(c, f, key, 0, m, true);
   expand_n(r, {c}, n_choices(f));

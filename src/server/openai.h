@@ -13,6 +13,7 @@
 
 #include "engine/model_bundle.h"
 #include "engine/sampling_params.h"
+#include "server/chat_output.h"
 
 namespace osprey::server {
 
@@ -31,6 +32,8 @@ struct ServedModel {
   std::string name;  // the served model name
   const ModelBundle* bundle = nullptr;
   int max_model_len = 0;
+  std::optional<ToolCallFormat> tool_call_parser;   // --tool-call-parser (or from the template)
+  std::optional<ReasoningFormat> reasoning_parser;  // --reasoning-parser (or from the template)
 };
 
 struct Choice {
@@ -46,11 +49,14 @@ struct GenerationRequest {
   bool echo = false;
   int logprobs = -1;  // top alternatives per token; −1: none
   std::string model;
-  std::vector<Choice> choices;  // the choice index is the position here
+  std::vector<Choice> choices;    // the choice index is the position here
+  ChatOutputOptions chat_output;  // chat: the parsers that read each choice's text
 };
 
 GenerationRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
-GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
+// `raw_body` (the request text) keeps the client's key order in tool schemas (chat_tools.h).
+GenerationRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m,
+                                     const std::string* raw_body = nullptr);
 // The body as JSON, or ApiError 400 naming what is wrong (invalid JSON, invalid UTF-8, not an
 // object).
 nlohmann::json parse_body(const std::string& body);

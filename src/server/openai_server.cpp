@@ -70,6 +70,9 @@ class Job : public std::enable_shared_from_this<Job> {
       }
       state_.emplace_back();
       state_.back().prompt_tokens = int(c.prompt.size());
+      if (req_.chat)
+        state_.back().chat =
+            std::make_unique<ChatOutput>(req_.chat_output, [] { return random_id("call"); });
     }
     if (req_.stream) res_->start_stream(200, "text/event-stream");
     auto self = shared_from_this();
@@ -92,7 +95,15 @@ class Job : public std::enable_shared_from_this<Job> {
     int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     bool sent_role = false;
     Clock::time_point last;
+    std::unique_ptr<ChatOutput> chat;  // chat: reasoning, content and tool calls of the text
   };
+
+  // A chat choice that called tools and stopped finishes with "tool_calls".
+  const char* chat_finish(const State& s, FinishReason r) const {
+    const char* name = finish_name(r);
+    if (s.chat && s.chat->has_tool_calls() && r == FinishReason::Stop) return "tool_calls";
+    return name;
+  }
 
   void schedule_drain() {
     if (drain_pending_.exchange(true)) return;
@@ -172,7 +183,7 @@ class Job : public std::enable_shared_from_this<Job> {
 
   void send_event(const json& j) { res_->write("data: " + dump(j) + "\n\n"); }
 
-  void stream_delta(size_t i, const RequestOutput& o) {
+  void stream_delta(size_t i, const RequestOutput& o, const ChatDelta& d) {
     State& s = state_[i];
     const char* fin = o.finished ? finish_name(o.finish_reason) : nullptr;
     json choice;
@@ -189,20 +200,24 @@ class Job : public std::enable_shared_from_this<Job> {
                        {"logprobs", nullptr},
                        {"finish_reason", nullptr}}}}});
       }
-      if (o.text.empty() && !fin && o.logprobs.empty()) return;
-      json delta = json::object();
-      if (!o.text.empty()) delta["content"] = o.text;
-      choice = {
-          {"index", i},
-          {"delta", delta},
-          {"logprobs", req_.logprobs >= 0 && !o.logprobs.empty() ? token_logprobs_chat(o.logprobs)
-                                                                 : json(nullptr)},
-          {"finish_reason", fin ? json(fin) : json(nullptr)}};
-      send_event({{"id", id_},
-                  {"object", "chat.completion.chunk"},
-                  {"created", created_},
-                  {"model", req_.model},
-                  {"choices", {choice}}});
+      std::vector<json> deltas = s.chat->delta_json(d);
+      if (deltas.empty() && !fin && o.logprobs.empty()) return;
+      if (deltas.empty()) deltas.push_back(json::object());
+      if (fin) fin = chat_finish(s, o.finish_reason);
+      for (size_t k = 0; k < deltas.size(); ++k) {
+        const bool last = k + 1 == deltas.size();
+        choice = {{"index", i},
+                  {"delta", deltas[k]},
+                  {"logprobs", k == 0 && req_.logprobs >= 0 && !o.logprobs.empty()
+                                   ? token_logprobs_chat(o.logprobs)
+                                   : json(nullptr)},
+                  {"finish_reason", fin && last ? json(fin) : json(nullptr)}};
+        send_event({{"id", id_},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created_},
+                    {"model", req_.model},
+                    {"choices", {choice}}});
+      }
     } else {
       if (o.text.empty() && !fin && o.logprobs.empty()) return;
       choice = {{"index", i},
@@ -244,7 +259,17 @@ class Job : public std::enable_shared_from_this<Job> {
           metrics_.observe_e2e(std::chrono::duration<double>(now - start_).count());
           if (!aborted_) metrics_.request_finished(finish_name(o.finish_reason));
         }
-        if (req_.stream && !aborted_) stream_delta(i, o);
+        ChatDelta d;
+        if (s.chat) {
+          d = s.chat->feed(o.text);
+          if (o.finished) {
+            ChatDelta rest = s.chat->finish();
+            d.reasoning += rest.reasoning;
+            d.content += rest.content;
+            for (auto& c : rest.calls) d.calls.push_back(std::move(c));
+          }
+        }
+        if (req_.stream && !aborted_) stream_delta(i, o, d);
       }
       if (s.finish != FinishReason::None) ++finished;
     }
@@ -271,9 +296,9 @@ class Job : public std::enable_shared_from_this<Job> {
       if (req_.chat) {
         choices.push_back(
             {{"index", i},
-             {"message", {{"role", "assistant"}, {"content", s.text}}},
+             {"message", s.chat->message_json()},
              {"logprobs", req_.logprobs >= 0 ? token_logprobs_chat(s.logprobs) : json(nullptr)},
-             {"finish_reason", finish_name(s.finish)}});
+             {"finish_reason", chat_finish(s, s.finish)}});
       } else {
         const std::string prefix = req_.echo ? req_.choices[i].prompt_text : "";
         choices.push_back(
@@ -315,6 +340,8 @@ OpenAIServer::OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metri
   served_.name = opts_.served_model_name;
   served_.bundle = &bundle_;
   served_.max_model_len = engine_.max_model_len();
+  served_.tool_call_parser = opts_.tool_call_parser;
+  served_.reasoning_parser = opts_.reasoning_parser;
 }
 
 void OpenAIServer::error(std::shared_ptr<Responder> res, const ApiError& e) {
@@ -372,7 +399,7 @@ void OpenAIServer::models(std::shared_ptr<Responder> res) {
 void OpenAIServer::generate(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
   const json body = parse_body(req.body);
   GenerationRequest g =
-      chat ? parse_chat_request(body, served_) : parse_completion_request(body, served_);
+      chat ? parse_chat_request(body, served_, &req.body) : parse_completion_request(body, served_);
   if (engine_.num_unfinished() + g.choices.size() > size_t(opts_.max_num_seqs) + opts_.max_queued)
     throw ApiError(503, "the server is at capacity (" + std::to_string(engine_.num_unfinished()) +
                             " requests queued or running); retry later");

@@ -23,6 +23,8 @@ struct ServerOptions {
   std::string api_key;       // empty: no key needed
   size_t max_queued = 4096;  // requests admitted beyond the running batch before 503
   int max_num_seqs = 64;
+  std::optional<ToolCallFormat> tool_call_parser;   // --tool-call-parser
+  std::optional<ReasoningFormat> reasoning_parser;  // --reasoning-parser
 };
 
 class OpenAIServer {

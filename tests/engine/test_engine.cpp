@@ -240,7 +240,7 @@ TEST(Engine, StopStringsCutTheText) {
   cfg.max_model_len = 512;
   const auto prompt = tokens(12, 21);
   // The greedy text, then a stop string taken from its middle.
-  Engine e(model(), cfg, [] { return std::make_unique<LetterDecoder>(); });
+  Engine e(model(), cfg, [](bool) { return std::make_unique<LetterDecoder>(); });
   const auto full = e.generate({prompt}, {greedy(20)})[0];
   ASSERT_EQ(full.text.size(), 20u);
   SamplingParams p = greedy(20);

@@ -2,7 +2,8 @@
 // tools/tokenizer/reference_encode.mjs ({"category", "text", "ids", "decoded"}) and requires, for
 // every line, identical ids from Tokenizer::encode and identical text from Tokenizer::decode, and
 // that the streaming detokenizer's deltas add up to the same text. Lines written by
-// reference_chat.mjs ({"format", "thinking", "add_generation_prompt", "messages", "text", "ids"})
+// reference_chat.mjs ({"format", "thinking", "add_generation_prompt", "messages", "text", "ids"};
+// optional "tools": ChatOptions::tools; without "ids" only the rendered text is compared)
 // are conversations: ChatEncoder must render the same text and encode the same ids.
 //
 //   reference_check TOKENIZER_JSON_OR_DIR REFERENCE.jsonl [MIN_STRINGS]
@@ -57,7 +58,9 @@ int main(int argc, char** argv) {
       const json j = json::parse(line);
       const std::string text = j.at("text").get<std::string>();
       const std::string category = j.at("category").get<std::string>();
-      const auto expected_ids = j.at("ids").get<std::vector<tk::TokenId>>();
+      // A line without "ids" (a rendering made without a tokenizer) checks the text only.
+      auto expected_ids = j.contains("ids") ? j.at("ids").get<std::vector<tk::TokenId>>()
+                                            : std::vector<tk::TokenId>{};
       const bool is_chat = j.contains("messages");
       // A chat line: the rendered prompt must equal the reference's, and decode back to it.
       const std::string expected_text = is_chat ? text : j.at("decoded").get<std::string>();
@@ -71,8 +74,10 @@ int main(int argc, char** argv) {
         tk::ChatOptions options;
         options.thinking = j.at("thinking").get<bool>();
         options.add_generation_prompt = j.at("add_generation_prompt").get<bool>();
+        if (j.contains("tools")) options.tools = j.at("tools").get<std::vector<std::string>>();
         ids = chat.encode(messages, options);
         rendered = chat.render(messages, options);
+        if (!j.contains("ids")) expected_ids = ids;
       }
       if (!is_chat) ids = tokenizer.encode(text);
       const std::string decoded = tokenizer.decode(expected_ids);

@@ -14,6 +14,7 @@ test question can never be trained on even if two seeds happen to draw the same 
 
   python3 tools/arith/generate.py --split test --n 1000 --out tests/data/arith/test.jsonl
   python3 tools/arith/generate.py --split train --n 5 --print
+  python3 tools/arith/generate.py --chat-samples --n 30 --out /tmp/arith_chat.jsonl
 """
 import argparse
 import json
@@ -319,14 +320,225 @@ def check_problem(p):
     return errs
 
 
+# ---------------------------------------------------------------------------------------------
+# Chat renderings of a problem in DeepSeek-V3.2's format (the bundled model's: config model_type
+# deepseek_v32), byte for byte what osprey's chat encoder (src/tokenizer/chat.cpp, format
+# deepseek-v3.2, after DeepSeek's encoding_dsv32.py) renders for the same messages; the ctest
+# arith_chat_render checks that on chat_samples(). Three kinds:
+#   plain     <bos><｜User｜>{q}<｜Assistant｜></think>   → "{solution}<eos>"
+#   thinking  <bos><｜User｜>{q}<｜Assistant｜><think>    → "{steps}</think>The answer is N.<eos>"
+#   tool      <bos>\n\n{tools block}<｜User｜>{q}<｜Assistant｜></think>
+#                 → "\n\n<｜DSML｜function_calls>…{expression}…</｜DSML｜function_calls><eos>"
+#             then \n\n<function_results>\n<result>{N}</result>\n</function_results>\n\n</think>
+#                 → "The answer is N.<eos>"
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+USER, ASSISTANT, THINK, END_THINK = "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"
+DSML = "｜DSML｜"
+
+# The tool the model learns to call, as a client sends it (the key order is part of the prompt).
+CALCULATOR_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluates an arithmetic expression of whole numbers with + - * / and "
+                       "parentheses, and returns its value.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string",
+                                          "description": "The expression, e.g. (12 + 5) * 3"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+TOOLS_TEMPLATE = (
+    "## Tools\n"
+    "You have access to a set of tools you can use to answer the user's question.\n"
+    "You can invoke functions by writing a \"<{d}function_calls>\" block like the following as "
+    "part of your reply to the user:\n"
+    "<{d}function_calls>\n"
+    "<{d}invoke name=\"$FUNCTION_NAME\">\n"
+    "<{d}parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</{d}parameter>\n"
+    "...\n"
+    "</{d}invoke>\n"
+    "<{d}invoke name=\"$FUNCTION_NAME2\">\n"
+    "...\n"
+    "</{d}invoke>\n"
+    "</{d}function_calls>\n"
+    "String and scalar parameters should be specified as is without any escaping or quotes, while "
+    "lists and objects should use JSON format. The \"string\" attribute should be set to \"true\" "
+    "for string type parameters and \"false\" for other types (numbers, booleans, arrays, "
+    "objects).\n"
+    "If the thinking_mode is enabled, then after function results you should strongly consider "
+    "outputting a thinking block. Here is an example:\n"
+    "<{d}function_calls>\n"
+    "...\n"
+    "</{d}function_calls>\n"
+    "<function_results>\n"
+    "...\n"
+    "</function_results>\n"
+    "<think>...thinking about results</think>\n"
+    "Here are the functions available in JSONSchema format:\n"
+    "<functions>\n"
+    "{schemas}\n"
+    "</functions>\n")
+
+
+def tools_block(tools):
+    schemas = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools)
+    return "\n\n" + TOOLS_TEMPLATE.replace("{d}", DSML).replace("{schemas}", schemas)
+
+
+def expression(p):
+    """The solution's equations as one expression: each earlier result replaced by its
+    parenthesised expression ("(600 - 35) + (4 * 12)")."""
+    exprs = {}  # result -> its expression, until used
+    last = None
+    for a, op, b, c in EQUATION.findall(p["solution"]):
+        parts = []
+        for x in (a, b):
+            parts.append(f"({exprs.pop(x)})" if x in exprs else x)
+        last = f"{parts[0]} {op} {parts[1]}"
+        exprs[c] = last
+    return last
+
+
+def calculate(expr):
+    """The calculator tool: whole numbers, + - * /, parentheses (no eval); exact division
+    gives a whole number, inexact a decimal. Raises ValueError on anything else."""
+    tokens = re.findall(r"\d+|[-+*/()]|\S", expr)
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take():
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def atom():
+        t = take() if peek() is not None else None
+        if t == "(":
+            v = add()
+            if take() != ")":
+                raise ValueError("missing )")
+            return v
+        if t is not None and t.isdigit():
+            return int(t)
+        raise ValueError(f"unexpected {t!r}")
+
+    def mul():
+        v = atom()
+        while peek() in ("*", "/"):
+            op, r = take(), atom()
+            if op == "*":
+                v = v * r
+            else:
+                if r == 0:
+                    raise ValueError("division by zero")
+                v = v // r if v % r == 0 else v / r
+        return v
+
+    def add():
+        v = mul()
+        while peek() in ("+", "-"):
+            op, r = take(), mul()
+            v = v + r if op == "+" else v - r
+        return v
+
+    v = add()
+    if pos != len(tokens):
+        raise ValueError("trailing input")
+    return str(v)
+
+
+def tool_call_text(expr):
+    return (f"\n\n<{DSML}function_calls>\n<{DSML}invoke name=\"calculator\">\n<{DSML}parameter "
+            f"name=\"expression\" string=\"true\">{expr}</{DSML}parameter>\n</{DSML}invoke>\n"
+            f"</{DSML}function_calls>")
+
+
+def tool_result_text(result):
+    return f"\n\n<function_results>\n<result>{result}</result>\n</function_results>\n\n{END_THINK}"
+
+
+def split_solution(p):
+    """(steps, final sentence) of a solution."""
+    final = f"The answer is {p['answer']}."
+    assert p["solution"].endswith(" " + final)
+    return p["solution"][:-len(final) - 1], final
+
+
+def chat_segments(p, kind):
+    """[(text, trained)]: the conversation of one problem; `trained` marks model output (the
+    loss), the rest is prompt or tool result. Every boundary falls on a special token."""
+    q = p["question"]
+    if kind == "plain":
+        return [(f"{BOS}{USER}{q}{ASSISTANT}{END_THINK}", False), (p["solution"] + EOS, True)]
+    steps, final = split_solution(p)
+    if kind == "thinking":
+        return [(f"{BOS}{USER}{q}{ASSISTANT}{THINK}", False),
+                (f"{steps}{END_THINK}{final}{EOS}", True)]
+    assert kind == "tool"
+    expr = expression(p)
+    result = calculate(expr)
+    assert result == str(p["answer"]), (expr, result, p)
+    return [(f"{BOS}{tools_block([CALCULATOR_TOOL])}{USER}{q}{ASSISTANT}{END_THINK}", False),
+            (tool_call_text(expr) + EOS, True), (tool_result_text(result), False),
+            (final + EOS, True)]
+
+
+def chat_samples(n):
+    """Lines for tests/tokenizer/reference_check.cpp (format deepseek-v3.2; text only): each
+    kind's prompt, and the tool kind after its call and after its result, as OpenAI messages."""
+    out = []
+    for i, p in enumerate(problems("dev", n)):
+        kind = ("plain", "thinking", "tool")[i % 3]
+        segs = chat_segments(p, kind)
+        msgs = [{"role": "user", "content": p["question"]}]
+        tools = []
+        if kind == "tool":
+            tools = [json.dumps(CALCULATOR_TOOL["function"], ensure_ascii=False)]
+        out.append({"category": f"arith-{kind}-prompt", "format": "deepseek-v3.2",
+                    "thinking": kind == "thinking", "add_generation_prompt": True,
+                    "messages": msgs, "tools": tools, "text": segs[0][0]})
+        if kind == "tool":
+            call = {"id": f"call_{i}", "type": "function",
+                    "function": {"name": "calculator",
+                                 "arguments": json.dumps({"expression": expression(p)})}}
+            msgs2 = msgs + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                            {"role": "tool", "tool_call_id": f"call_{i}", "content": segs[2][0][
+                                len("\n\n<function_results>\n<result>"):].split("</result>")[0]}]
+            out.append({"category": "arith-tool-after-result", "format": "deepseek-v3.2",
+                        "thinking": False, "add_generation_prompt": True, "messages": msgs2,
+                        "tools": tools, "text": segs[0][0] + segs[1][0] + segs[2][0]})
+            final_msgs = msgs2 + [{"role": "assistant", "content": segs[3][0][:-len(EOS)]}]
+            out.append({"category": "arith-tool-answered", "format": "deepseek-v3.2",
+                        "thinking": False, "add_generation_prompt": True, "messages": final_msgs,
+                        "tools": tools, "text": "".join(s for s, _ in segs)})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", choices=sorted(SPLIT_BASE), required=True)
+    ap.add_argument("--split", choices=sorted(SPLIT_BASE))
     ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--chat-samples", action="store_true",
+                    help="write chat renderings (plain, thinking, tool) of n dev problems as "
+                         "JSONL for tokenizer_reference_check")
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--out", help="JSONL file (default: stdout)")
     ap.add_argument("--print", action="store_true", help="human-readable instead of JSONL")
     args = ap.parse_args()
+    if args.chat_samples:
+        with open(args.out, "w", encoding="utf-8") if args.out else sys.stdout as f:
+            for line in chat_samples(args.n):
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        return
+    if args.split is None:
+        ap.error("--split is required")
     ps = problems(args.split, args.n, args.start)
     f = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
     for p in ps:

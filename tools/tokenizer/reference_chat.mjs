@@ -6,7 +6,8 @@
 //   node tools/tokenizer/reference_chat.mjs PACKAGE COUNT OUT.jsonl V31_TEMPLATE.jinja
 //
 // Formats: deepseek-v3 uses the template in the package's tokenizer_config.json; deepseek-v3.1
-// uses DeepSeek-V3.1's template (a copy in tests/tokenizer/data), with thinking off and on.
+// uses DeepSeek-V3.1's template (a copy in tests/tokenizer/data), with thinking off and on; then
+// COUNT/3 conversations with tool calls and tool results in both.
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -63,5 +64,45 @@ for (let i = 0; i < count; ++i) {
   lines.push(JSON.stringify({ category: `chat-${v.format}${v.thinking ? "-thinking" : ""}`, format: v.format,
     thinking: v.thinking, add_generation_prompt, messages, text, ids }));
 }
+// Tool conversations (a third as many): assistant tool_calls (content null, or text for V3.1),
+// tool results, answers, more rounds. V3.1's template drops an answer's reasoning only when the
+// answer does not follow tool results, and never in a message with tool_calls (its content is
+// written as it is), so dropReasoning is applied to the other answers only.
+const dropReasoningV31 = (messages) => messages.map((m, i) => {
+  if (m.role !== "assistant" || m.content === null || m.tool_calls || (i > 0 && messages[i - 1].role === "tool")) return m;
+  const at = m.content.indexOf("</think>");
+  return at >= 0 ? { ...m, content: m.content.slice(at + "</think>".length) } : m;
+});
+const names = ["get_weather", "calculator", "search_web", "lookup"];
+const argsOf = () => JSON.stringify(rand() < 0.5
+  ? { expression: texts[next++ % texts.length].slice(0, 30) }
+  : { city: texts[next++ % texts.length].slice(0, 12), days: Math.floor(rand() * 9), ok: rand() < 0.5 });
+const toolCount = Math.max(1, Math.floor(count / 3));
+for (let i = 0; i < toolCount; ++i) {
+  const v31 = i % 3 !== 0;
+  const thinking = v31 && i % 3 === 2;
+  const messages = [];
+  if (rand() < 0.5) messages.push({ role: "system", content: content() });
+  const rounds = 1 + Math.floor(rand() * 2);
+  for (let r = 0; r < rounds; ++r) {
+    messages.push({ role: "user", content: content() });
+    const calls = [];
+    const n = 1 + Math.floor(rand() * 3);
+    for (let c = 0; c < n; ++c)
+      calls.push({ id: `call_${i}_${r}_${c}`, type: "function",
+                   function: { name: names[Math.floor(rand() * names.length)], arguments: argsOf() } });
+    messages.push({ role: "assistant", content: v31 && rand() < 0.3 ? content() : null, tool_calls: calls });
+    for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: content() });
+    if (r + 1 < rounds || rand() < 0.5) messages.push({ role: "assistant", content: content() });
+  }
+  const add_generation_prompt = rand() < 0.7;
+  const format = v31 ? "deepseek-v3.1" : "deepseek-v3";
+  const options = v31 ? { chat_template: v31Template, thinking } : {};
+  const prepared = v31 ? dropReasoningV31(messages) : messages;
+  const text = tokenizer.apply_chat_template(prepared, { ...options, add_generation_prompt, tokenize: false });
+  const ids = tokenizer.encode(text, { add_special_tokens: false });
+  lines.push(JSON.stringify({ category: `chat-tools-${format}${thinking ? "-thinking" : ""}`, format,
+    thinking, add_generation_prompt, messages, text, ids }));
+}
 writeFileSync(outPath, lines.join("\n") + "\n");
-console.log(`reference_chat: ${count} conversations rendered with ${pkg} -> ${outPath}`);
+console.log(`reference_chat: ${count} + ${toolCount} (tools) conversations rendered with ${pkg} -> ${outPath}`);
