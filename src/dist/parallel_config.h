@@ -26,7 +26,7 @@ struct ParallelConfig {
   int world_size() const { return tensor_parallel_size * data_parallel_size; }
   int ranks_per_node() const { return world_size() / nnodes; }
   int first_local_rank() const { return node_rank * ranks_per_node(); }
-  bool parallel() const { return world_size() > 1 || nnodes > 1; }
+  bool parallel() const { return world_size() > 1 || nnodes > 1 || enable_expert_parallel; }
   // Fails (osprey::Error) on sizes osprey cannot run, saying which flag to change.
   void validate() const;
   std::string describe() const;  // "TP4", "DP8+EP", ...

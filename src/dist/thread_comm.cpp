@@ -13,8 +13,9 @@ struct Post {
   const void* in = nullptr;
   int64_t n = 0;  // elements of `in` (all_to_allv: total sent)
   DType dtype = DType::F32;
-  const std::vector<int64_t>* send_counts = nullptr;
-  const std::vector<int64_t>* recv_counts = nullptr;
+  // Copies (not pointers): a peer that throws on a mismatch must not leave them dangling for a
+  // rank still checking them.
+  std::vector<int64_t> send_counts, recv_counts;
   int root = 0;
 };
 
@@ -113,7 +114,7 @@ void ThreadCommunicator::all_reduce_sum(Tensor x) {
   check_host_contiguous(x, "all_reduce");
   OSPREY_CHECK(x.dtype == DType::F32, "all_reduce_sum takes F32, got ", dtype_name(x.dtype));
   ThreadGroup& g = *group_;
-  g.post(rank_) = Post{"all_reduce", x.data, x.data, x.numel(), x.dtype};
+  g.post(rank_) = Post{"all_reduce", x.data, x.data, x.numel(), x.dtype, {}, {}, 0};
   g.arrive(rank_, "all_reduce");
   check_same(g, rank_);
   for (int r = 0; r < g.size(); ++r)
@@ -136,16 +137,18 @@ void ThreadCommunicator::all_gather(Tensor out, Tensor in) {
   OSPREY_CHECK(out.dtype == in.dtype && out.numel() == in.numel() * size(),
                "all_gather: out must hold size × in");
   ThreadGroup& g = *group_;
-  g.post(rank_) = Post{"all_gather", out.data, in.data, in.numel(), in.dtype};
+  g.post(rank_) = Post{"all_gather", out.data, in.data, in.numel(), in.dtype, {}, {}, 0};
   g.arrive(rank_, "all_gather");
   check_same(g, rank_);
   const size_t es = dtype_size(in.dtype), nb = size_t(in.numel()) * es;
-  for (int r = 0; r < g.size(); ++r) {
+  // Every rank checks every post before any reads: all throw together or none, so no rank
+  // reads a buffer whose owner has already unwound.
+  for (int r = 0; r < g.size(); ++r)
     if (g.post(r).n != in.numel())
       throw CommError(str_cat("all_gather: rank ", r, " sends ", g.post(r).n, " elements, rank ",
                               rank_, " sends ", in.numel()));
+  for (int r = 0; r < g.size(); ++r)
     if (nb) std::memcpy(static_cast<char*>(out.data) + size_t(r) * nb, g.post(r).in, nb);
-  }
   g.arrive(rank_, "all_gather (read)");
 }
 
@@ -161,19 +164,25 @@ void ThreadCommunicator::all_to_allv(Tensor out, const std::vector<int64_t>& rec
   OSPREY_CHECK(sent <= in.numel() && received <= out.numel(), "all_to_allv: counts exceed buffers");
   ThreadGroup& g = *group_;
   g.post(rank_) =
-      Post{"all_to_allv", out.data, in.data, sent, in.dtype, &send_counts, &recv_counts};
+      Post{"all_to_allv", out.data, in.data, sent, in.dtype, send_counts, recv_counts, 0};
   g.arrive(rank_, "all_to_allv");
   check_same(g, rank_);
+  // The whole count matrix checked by every rank before any reads (see all_gather).
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      const int64_t sent_ij = g.post(i).send_counts[size_t(j)];
+      const int64_t expected = g.post(j).recv_counts[size_t(i)];
+      if (sent_ij != expected)
+        throw CommError(str_cat("all_to_allv: rank ", i, " sends ", sent_ij, " elements to rank ",
+                                j, ", which expects ", expected));
+    }
   const size_t es = dtype_size(in.dtype);
   char* dst = static_cast<char*>(out.data);
   for (int r = 0; r < n; ++r) {
     const Post& p = g.post(r);
-    const int64_t c = (*p.send_counts)[size_t(rank_)];
-    if (c != recv_counts[size_t(r)])
-      throw CommError(str_cat("all_to_allv: rank ", r, " sends ", c, " elements to rank ", rank_,
-                              ", which expects ", recv_counts[size_t(r)]));
+    const int64_t c = p.send_counts[size_t(rank_)];
     int64_t off = 0;  // where rank r's segment for me starts in its `in`
-    for (int j = 0; j < rank_; ++j) off += (*p.send_counts)[size_t(j)];
+    for (int j = 0; j < rank_; ++j) off += p.send_counts[size_t(j)];
     if (c) std::memcpy(dst, static_cast<const char*>(p.in) + size_t(off) * es, size_t(c) * es);
     dst += size_t(c) * es;
   }
@@ -184,7 +193,7 @@ void ThreadCommunicator::broadcast(Tensor x, int root) {
   check_host_contiguous(x, "broadcast");
   OSPREY_CHECK(root >= 0 && root < size(), "broadcast root ", root);
   ThreadGroup& g = *group_;
-  g.post(rank_) = Post{"broadcast", x.data, x.data, x.numel(), x.dtype, nullptr, nullptr, root};
+  g.post(rank_) = Post{"broadcast", x.data, x.data, x.numel(), x.dtype, {}, {}, root};
   g.arrive(rank_, "broadcast");
   check_same(g, rank_);
   const Post& p = g.post(root);
@@ -198,7 +207,7 @@ void ThreadCommunicator::broadcast(Tensor x, int root) {
 }
 
 void ThreadCommunicator::barrier() {
-  group_->post(rank_) = Post{"barrier"};
+  group_->post(rank_) = Post{"barrier", nullptr, nullptr, 0, DType::F32, {}, {}, 0};
   group_->arrive(rank_, "barrier");
   check_same(*group_, rank_);
   group_->arrive(rank_, "barrier (2)");

@@ -74,7 +74,7 @@ RankGroup::RankGroup(const std::string& dir, const dist::ParallelConfig& p,
     dist::Communicator* data = data_.empty() ? control_[0].get() : data_[0].get();
     models_[0]->set_parallel(s, data, publisher_.get());
     control_[0]->barrier();
-    std::fprintf(stderr, "osprey: %s over %d ranks (%s): every rank loaded\n", p.describe().c_str(),
+    std::fprintf(stderr, "osprey: %s, %d ranks (%s): every rank loaded\n", p.describe().c_str(),
                  world, control_[0]->backend());
   } catch (const std::exception& e) {
     control_[0]->abort(e.what());

@@ -39,8 +39,11 @@ class RankGroup {
 
   // Whether rank 0 (the engine's model) is in this process.
   bool has_leader() const { return leader_ != nullptr; }
-  // Rank 0's model; this process keeps ownership, valid while the group lives.
+  // Rank 0's model (valid while the group lives, unless taken).
   DeepseekModel& leader() const { return *leader_; }
+  // Rank 0's model handed to the caller, who must destroy it before the group (it talks to the
+  // other ranks through the group's communicators).
+  std::unique_ptr<DeepseekModel> take_leader() { return std::move(models_[0]); }
   // A process without rank 0: blocks until rank 0 stops the world (or throws its failure).
   void serve_until_stopped();
 

@@ -33,7 +33,7 @@ struct RankShard {
   bool split_tp() const { return tp > 1; }                 // heads, MLPs, lm_head split
   bool split_experts_tp() const { return tp > 1 && !ep; }  // each expert's intermediate split
   bool data_parallel() const { return dp > 1; }
-  bool expert_parallel() const { return ep && world > 1; }
+  bool expert_parallel() const { return ep; }  // (one rank too: the dispatch path on one GPU)
 };
 
 // The shard of `rank`; fails (osprey::Error) when the model's sizes do not divide.

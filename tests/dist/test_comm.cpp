@@ -8,6 +8,8 @@
 #include <numeric>
 #include <thread>
 
+#include <unistd.h>
+
 #include "dist/tcp_comm.h"
 #include "dist/thread_comm.h"
 
@@ -33,7 +35,8 @@ std::vector<std::string> run_ranks(std::vector<std::unique_ptr<Communicator>>& c
   return errors;
 }
 
-std::atomic<int> next_port{29650};
+// Ports of this process: apart from other test processes that ctest runs at the same time.
+std::atomic<int> next_port{20000 + int(::getpid() % 4000) * 12};
 
 std::vector<std::unique_ptr<Communicator>> make_group(const std::string& kind, int n,
                                                       double timeout_s) {
