@@ -19,6 +19,7 @@
 #include "cli/model_paths.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
@@ -29,6 +30,7 @@ namespace osprey::cli {
 namespace {
 
 struct Args {
+  dist::ParallelConfig parallel;
   std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
                                    failures = "arith_failures.jsonl";
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
@@ -48,7 +50,9 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
   bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
+  bo.parallel = a.parallel;
   ModelBundle b = load_model_bundle(dir, bo);
+  if (serve_worker_ranks(b.group.get())) return {};
   if (!b.tokenizer) fail("model '", dir, "' has no tokenizer.json: eval needs text in and out");
   const ModelConfig& c = b.model->config();
   if (a.bf16_index_keys) b.model->set_fp8_index_keys(false);
@@ -214,6 +218,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--model", a->model,
                   "model folder, run here (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--device", a->device, "cpu | cuda: where --model runs (default cpu)");
+  add_parallel_flags(sub, a->parallel);
   sub->add_option("--fp8-gemm", a->fp8_gemm,
                   "--device cuda, FP8 weights: w8a8 = cuBLASLt block-scaled FP8 with activations "
                   "quantized per 1x128 (default, where the shape allows) | w8a16 = weights "

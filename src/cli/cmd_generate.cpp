@@ -7,6 +7,7 @@
 #include "cli/model_paths.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
@@ -22,10 +23,14 @@ struct Args {
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   int64_t seed = -1;
+  dist::ParallelConfig parallel;
 };
 
 void run_tokens(const Args& a, const std::string& dir) {
-  auto m = load_model_cpu(dir);
+  std::unique_ptr<RankGroup> group;
+  if (a.parallel.parallel()) group = std::make_unique<RankGroup>(dir, a.parallel);
+  if (serve_worker_ranks(group.get())) return;
+  auto m = group ? group->take_leader() : load_model_cpu(dir);
   m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   GreedyOptions o;
@@ -43,7 +48,9 @@ void run_tokens(const Args& a, const std::string& dir) {
 void run_prompt(const Args& a, const std::string& dir) {
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
+  bo.parallel = a.parallel;
   ModelBundle b = load_model_bundle(dir, bo);
+  if (serve_worker_ranks(b.group.get())) return;
   b.model->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   std::vector<int32_t> prompt;
   if (a.raw) {
@@ -118,6 +125,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
+  add_parallel_flags(sub, args->parallel);
   sub->callback([args] { run(*args); });
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "model/greedy.h"
 #include "model/npy.h"
@@ -15,6 +16,7 @@ namespace {
 
 struct Args {
   std::string model, tokens, out = "logits.npy", dump, path = "auto";
+  dist::ParallelConfig parallel;
 };
 
 AttentionPath parse_path(const std::string& p) {
@@ -25,7 +27,11 @@ AttentionPath parse_path(const std::string& p) {
 }
 
 void run(const Args& a) {
-  auto m = load_model_cpu(a.model);
+  std::unique_ptr<RankGroup> group;
+  if (a.parallel.parallel()) group = std::make_unique<RankGroup>(a.model, a.parallel);
+  if (serve_worker_ranks(group.get())) return;
+  auto m = group ? group->take_leader() : load_model_cpu(a.model);
+  if (group && !a.dump.empty()) fail("--dump is not supported with a parallel model");
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   TensorDump dump;
   ForwardOptions o{parse_path(a.path), a.dump.empty() ? nullptr : &dump};
@@ -53,6 +59,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--out", args->out, "output file (.npy or .safetensors)");
   sub->add_option("--dump", args->dump, "also write every named intermediate to this .safetensors");
   sub->add_option("--attention", args->path, "auto | expanded | absorbed");
+  add_parallel_flags(sub, args->parallel);
   sub->callback([args] { run(*args); });
 }
 

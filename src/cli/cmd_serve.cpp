@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "cli/command.h"
+#include "cli/parallel_flags.h"
 #include "cli/model_paths.h"
 #include "core/error.h"
 #include "engine/memory_profile.h"
@@ -21,6 +22,7 @@ namespace osprey::cli {
 namespace {
 
 struct Args {
+  dist::ParallelConfig parallel;
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
                      load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto",
                      tool_call_parser = "auto", reasoning_parser = "auto";
@@ -58,7 +60,9 @@ void run(const Args& a, bool kv_given, bool util_given) {
   bo.dummy_weights = a.load_format == "dummy";
   bo.dummy_seed = a.seed;
   bo.device = cuda ? Device::CUDA : Device::CPU;
+  bo.parallel = a.parallel;
   ModelBundle bundle = load_model_bundle(dir, bo);
+  if (serve_worker_ranks(bundle.group.get())) return;
   bundle.model->set_kv_cache_dtype(kv_dtype);
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
@@ -164,6 +168,7 @@ void register_cmd(CLI::App& app) {
       "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
+  add_parallel_flags(sub, a->parallel);
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
                   "latent KV cache: auto (default: F32 on cpu, BF16 on cuda) | bf16 (cuda) | fp8 "
                   "(DeepSeek's fp8_ds_mla: e4m3 + a scale per 128, rope bf16: 656 B per token and "

@@ -17,7 +17,19 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
   b.dir = dir;
   if (!fs::exists(fs::path(dir) / "config.json"))
     fail("no config.json in '", dir, "': give --model a Hugging Face model folder");
-  if (o.dummy_weights && o.device == Device::CUDA) {
+  if (o.parallel.parallel()) {
+    RankGroupOptions ro;
+    ro.device = o.device;
+    ro.dummy_weights = o.dummy_weights;
+    ro.dummy_seed = o.dummy_seed;
+    if (o.dummy_weights && o.device == Device::CPU)
+      fail(
+          "--load-format dummy with a parallel "
+          "model needs --device cuda");
+    b.group = std::make_unique<RankGroup>(dir, o.parallel, ro);
+    if (!b.group->has_leader()) return b;  // a node without rank 0: serve_until_stopped()
+    b.model = b.group->take_leader();
+  } else if (o.dummy_weights && o.device == Device::CUDA) {
     // Random weights made on the GPU (no files written).
     ModelConfig c = ModelConfig::from_file(dir);
     ModelWeights w = make_dummy_weights_cuda(c, o.dummy_seed, /*fp8=*/c.quant.fp8);

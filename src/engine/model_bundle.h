@@ -6,7 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "dist/parallel_config.h"
 #include "model/deepseek.h"
+#include "model/rank_group.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,11 +19,13 @@ struct ModelBundleOptions {
   bool dummy_weights = false;        // random weights from config.json (no safetensors needed)
   Device device = Device::CPU;       // where the model runs (CUDA: weights as load_weights_cuda)
   uint64_t dummy_seed = 0;
+  dist::ParallelConfig parallel;  // more than one rank: the model is rank 0 of a RankGroup
 };
 
 struct ModelBundle {
   std::string dir;
-  std::unique_ptr<DeepseekModel> model;
+  std::unique_ptr<RankGroup> group;      // the parallel model's ranks (before `model`: outlives it)
+  std::unique_ptr<DeepseekModel> model;  // null in a process without rank 0 (see group)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null when the folder has none
   std::unique_ptr<tokenizer::ChatEncoder> chat;     // null without a tokenizer
 

@@ -7,6 +7,9 @@
 #include <iterator>
 #include <string>
 
+#include "model/dp_batch.h"
+#include "model/lockstep.h"
+#include "model/moe_dispatch.h"
 #include "ops/activation.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
@@ -56,6 +59,20 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights)
   }
   rope_attention_factor_ = float(config_.rope.attention_factor());
   softmax_scale_ = float(config_.softmax_scale());
+  shard_.head_end = config_.num_attention_heads;
+  shard_.vocab_end = shard_.vocab_stride = config_.vocab_size;
+  shard_.expert_end = config_.n_routed_experts;
+}
+
+void DeepseekModel::set_parallel(const RankShard& shard, dist::Communicator* comm,
+                                 StepPublisher* publisher) {
+  OSPREY_CHECK(comm && comm->size() == shard.world && comm->rank() == shard.rank,
+               "communicator of rank ", shard.rank, " of ", shard.world);
+  OSPREY_CHECK(comm->device() == device_, "the communicator is not on the model's device");
+  OSPREY_CHECK(shard.expert_begin == weights_.first_expert, "weights of another shard");
+  shard_ = shard;
+  comm_ = comm;
+  publisher_ = publisher;
 }
 
 ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
@@ -89,6 +106,30 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
 
 void DeepseekModel::forward(const ForwardBatch& hb, PagedKVCache& cache, Tensor logits,
                             const ForwardOptions& o) const {
+  if (publisher_) {
+    if (o.forced_topk) fail("forced top-k positions are not supported with a parallel model");
+    publisher_->publish(*this, hb, cache, o);
+  }
+  forward_rank(hb, cache, logits, o);
+}
+
+void DeepseekModel::forward_rank(const ForwardBatch& hb, PagedKVCache& cache, Tensor logits,
+                                 const ForwardOptions& o) const {
+  if (!shard_.data_parallel()) return forward_local(hb, cache, logits, o);
+  // DP attention: this rank's sequences only; the logits of every rank gathered in batch order.
+  const DpBatch mine(hb, shard_.rank, shard_.world);
+  ws_.reset();
+  Workspace::Scope scope(ws_);
+  Tensor local = alloc(DType::F32, {mine.n_logits(), config_.vocab_size});
+  if (mine.batch().attn.n_tokens > 0)
+    forward_local(mine.batch(), cache, local, o);
+  else
+    idle_step();
+  mine.gather_logits(*comm_, local, logits, ws_);
+}
+
+void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, Tensor logits,
+                                  const ForwardOptions& o) const {
   const ModelConfig& c = config_;
   const int64_t T = hb.attn.n_tokens, D = c.hidden_size;
   const int64_t n_logits = hb.logits_indices.numel();
@@ -98,7 +139,7 @@ void DeepseekModel::forward(const ForwardBatch& hb, PagedKVCache& cache, Tensor 
   int64_t kv_rows = 0;  // Σ seq_lens, read on the host before staging
   if (hb.attn.seq_lens.device == Device::CPU)
     for (int s = 0; s < hb.attn.n_seqs; ++s) kv_rows += hb.attn.seq_lens.ptr<int32_t>()[s];
-  ws_.reset();
+  if (!shard_.data_parallel()) ws_.reset();  // (DP: forward_rank holds the local logits)
   // The attention's split-KV plan is keyed by this (built once per step, reused across layers
   // and across steps whose clamped lengths repeat).
   ForwardBatch hf = hb;
@@ -139,9 +180,45 @@ void DeepseekModel::forward(const ForwardBatch& hb, PagedKVCache& cache, Tensor 
   if (o.dump) o.dump->put("final_norm", normed);
   // [n_logits, vocab]: straight into `logits` when it is on the model's device, else copied once.
   Tensor out = logits.device == device_ ? logits : alloc(DType::F32, {n_logits, c.vocab_size});
-  ops::linear(out, normed, weights_.lm_head);
+  lm_head(out, normed);
   if (out.data != logits.data) ops::copy(logits, out);
   if (o.dump) o.dump->put("logits", logits);
+}
+
+void DeepseekModel::idle_step() const {
+  // A DP rank without sequences this step still serves its experts to the others' tokens.
+  if (!shard_.expert_parallel()) return;
+  Workspace::Scope scope(ws_);
+  const ModelConfig& c = config_;
+  const int64_t D = c.hidden_size, K = c.num_experts_per_tok;
+  Tensor x = alloc(DType::F32, {0, D}), out = alloc(DType::F32, {0, D});  // [0, D]
+  Buffer ids(DType::I32, {0, K}), wts(DType::F32, {0, K});
+  for (int l = 0; l < c.num_hidden_layers; ++l)
+    if (weights_.layers[size_t(l)].moe)
+      moe_expert_parallel(out, x, ids, wts, weights_.layers[size_t(l)].experts, shard_, *comm_, 0,
+                          0, 0, ws_);
+}
+
+void DeepseekModel::lm_head(Tensor out, Tensor normed) const {
+  if (!shard_.split_tp()) return ops::linear(out, normed, weights_.lm_head);
+  // Vocab parallel: this rank's rows [vocab_begin, vocab_end), padded to vocab_stride columns,
+  // gathered rank-major, then each rank's part placed at its columns.
+  Workspace::Scope scope(ws_);
+  const int64_t n = normed.size(0), stride = shard_.vocab_stride, tp = shard_.tp;
+  const int64_t mine = shard_.vocab_end - shard_.vocab_begin;
+  Tensor part = alloc(DType::F32, {n, mine});       // [n_logits, V / tp]
+  Tensor padded = alloc(DType::F32, {n, stride});   // [n_logits, ceil(V / tp)]
+  Tensor all = alloc(DType::F32, {tp, n, stride});  // [tp, n_logits, ceil(V / tp)]
+  if (mine > 0) {
+    ops::linear(part, normed, weights_.lm_head);
+    ops::copy_columns(padded, 0, part, 0, mine);
+  }
+  comm_->all_gather(all, padded);
+  for (int64_t q = 0; q < tp; ++q) {
+    const int64_t begin = std::min<int64_t>(config_.vocab_size, q * stride);
+    const int64_t width = std::min<int64_t>(config_.vocab_size, begin + stride) - begin;
+    if (width > 0) ops::copy_columns(out, begin, all.rows(q, q + 1).reshape({n, stride}), 0, width);
+  }
 }
 
 void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b, int64_t kv_rows,
@@ -149,7 +226,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   Workspace::Scope scope(ws_);
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(l)].attn;
-  const int64_t T = b.attn.n_tokens, H = c.num_attention_heads;
+  const int64_t T = b.attn.n_tokens, H = shard_.heads();  // this rank's heads (all unless TP)
   const int nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.qk_head_dim();
   const int kv_lora = c.kv_lora_rank, vd = c.v_head_dim;
   const DType f32 = DType::F32;
@@ -231,6 +308,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   }
   if (o.dump) o.dump->put(stage(l, "attn_heads"), attn);
   ops::linear(out, attn.reshape({T, H * vd}), w.o_proj);
+  if (shard_.split_tp()) comm_->all_reduce_sum(out);               // Σ over the ranks' heads
   if (l == ablation_.zero_attention_layer) ops::scale(out, 0.0f);  // negative control (eval)
 }
 
@@ -280,6 +358,7 @@ void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) co
   const LayerWeights& lw = weights_.layers[size_t(l)];
   if (!lw.moe) {
     mlp(lw.mlp, x, out);
+    if (shard_.split_tp()) comm_->all_reduce_sum(out);  // Σ over the intermediate's parts
     return;
   }
   const int64_t T = x.size(0), D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
@@ -293,12 +372,24 @@ void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) co
     o.dump->put(stage(l, "topk_ids"), ids);
     o.dump->put(stage(l, "topk_weights"), wts);
   }
-  ops::moe_experts(out, x, ids, wts, lw.experts);
+  if (shard_.expert_parallel()) {
+    // Experts partitioned: tokens dispatched to their experts' ranks and combined back (TP:
+    // each rank dispatches its share of the tokens; the shares are gathered after).
+    const int64_t chunk = shard_.split_tp() ? (T + shard_.world - 1) / shard_.world : T;
+    const int64_t begin = shard_.split_tp() ? std::min<int64_t>(T, shard_.rank * chunk) : 0;
+    const int64_t end = shard_.split_tp() ? std::min<int64_t>(T, begin + chunk) : T;
+    moe_expert_parallel(out, x, ids, wts, lw.experts, shard_, *comm_, begin, end, chunk, ws_);
+  } else {
+    ops::moe_experts(out, x, ids, wts, lw.experts);  // TP: a partial sum over I / tp
+  }
   if (lw.has_shared) {
     Tensor shared = alloc(DType::F32, {T, D});
     mlp(lw.shared, x, shared);
+    if (shard_.expert_parallel() && shard_.split_tp()) comm_->all_reduce_sum(shared);
     ops::add(out, out, shared);
   }
+  // TP without EP: routed and shared partial sums reduced together, one all-reduce.
+  if (shard_.split_experts_tp()) comm_->all_reduce_sum(out);
 }
 
 }  // namespace osprey

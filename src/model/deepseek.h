@@ -21,17 +21,21 @@
 #include <vector>
 
 #include "core/storage.h"
+#include "dist/communicator.h"
 #include "kv/kv_cache_dtype.h"
 #include "kv/paged_cache.h"
 #include "model/ablation.h"
 #include "model/config.h"
 #include "model/dump.h"
 #include "model/forward_batch.h"
+#include "model/shard.h"
 #include "model/weights.h"
 
 namespace osprey {
 
 enum class AttentionPath { Auto, Expanded, Absorbed };
+
+class StepPublisher;  // model/lockstep.h
 
 struct ForwardOptions {
   AttentionPath path = AttentionPath::Auto;
@@ -80,8 +84,20 @@ class DeepseekModel {
   void set_ablation(const ModelAblation& a) { ablation_ = a; }
   const ModelAblation& ablation() const { return ablation_; }
   // logits [n_logits, vocab] F32 for batch.logits_indices; writes this step's cache entries.
+  // On rank 0 of a parallel model this first publishes the step to the other ranks (lockstep).
   void forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                const ForwardOptions& opts = {}) const;
+
+  // Parallel models (model/shard.h): this model holds `shard`'s weights and talks to the other
+  // ranks through `comm` (on the model's device); `publisher` (rank 0 only) sends each step to
+  // the other ranks before rank 0 runs it. The model does not own them.
+  void set_parallel(const RankShard& shard, dist::Communicator* comm, StepPublisher* publisher);
+  const RankShard& shard() const { return shard_; }
+  bool parallel() const { return comm_ != nullptr; }
+  // The step as every rank runs it (no publishing): what forward() calls, and what the other
+  // ranks' lockstep loop calls with the published step.
+  void forward_rank(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
+                    const ForwardOptions& opts) const;
 
  private:
   // out [n_tokens, D] = attention of layer l over x [n_tokens, D].
@@ -93,6 +109,14 @@ class DeepseekModel {
                PagedKVCache& cache, const ForwardOptions& o) const;
   void ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) const;
   void mlp(const MlpWeights& w, Tensor x, Tensor out) const;
+  // The forward over a batch that is all this rank's: logits [n_logits, V] (TP: gathered from
+  // the vocab parts).
+  void forward_local(const ForwardBatch& b, PagedKVCache& cache, Tensor logits,
+                     const ForwardOptions& o) const;
+  // A DP rank's step without tokens: only its part in the experts' all-to-alls.
+  void idle_step() const;
+  // out [n, V] = normed · lm_headᵀ, the vocab parts of the TP ranks gathered.
+  void lm_head(Tensor out, Tensor normed) const;
   // The batch with its metadata on the model's device (one host→device copy), or b itself.
   ForwardBatch stage_batch(const ForwardBatch& b) const;
   Tensor alloc(DType t, Shape s) const { return ws_.alloc(t, std::move(s)); }
@@ -113,6 +137,9 @@ class DeepseekModel {
   ModelAblation ablation_;
   bool fp8_index_keys_ = true;
   bool fp8_latent_ = false;
+  RankShard shard_;                     // one rank holding everything unless set_parallel
+  dist::Communicator* comm_ = nullptr;  // the ranks' data plane (null: not parallel)
+  StepPublisher* publisher_ = nullptr;  // rank 0 of a parallel model
 };
 
 }  // namespace osprey

@@ -199,6 +199,12 @@ const std::string& Checkpoint::file_of(const std::string& name) const {
   return files_[it->second]->path();
 }
 
+size_t Checkpoint::file_index(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(path_, ": missing tensor '", name, "'");
+  return it->second;
+}
+
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   for (const auto& [n, i] : where_) out.push_back(n);

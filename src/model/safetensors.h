@@ -61,6 +61,9 @@ class Checkpoint {
   const TensorInfo& info(const std::string& name) const;
   // The file a tensor lives in (for messages).
   const std::string& file_of(const std::string& name) const;
+  // Its index among the checkpoint's files (0 for a single file), and how many files there are.
+  size_t file_index(const std::string& name) const;
+  size_t n_files() const { return files_.size(); }
   std::vector<std::string> names() const;
   const std::string& path() const { return path_; }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/weight_slice.h"
 
 namespace osprey {
 
@@ -15,17 +16,17 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
   std::vector<WeightSpec> w;
   const int64_t D = c.hidden_size, H = c.num_attention_heads, V = c.vocab_size;
   auto lin = [&](const std::string& n, int64_t out, int64_t in, bool fp8 = true) {
-    w.push_back({n, {out, in}, WeightKind::Linear, fp8});
+    w.push_back({n, {out, in}, WeightKind::Linear, fp8, {}});
   };
   auto norm = [&](const std::string& n, int64_t d) {
-    w.push_back({n, {d}, WeightKind::Norm, false});
+    w.push_back({n, {d}, WeightKind::Norm, false, {}});
   };
   auto mlp = [&](const std::string& p, int64_t inter) {
     lin(p + "gate_proj.weight", inter, D);
     lin(p + "up_proj.weight", inter, D);
     lin(p + "down_proj.weight", D, inter);
   };
-  w.push_back({"model.embed_tokens.weight", {V, D}, WeightKind::Embedding, false});
+  w.push_back({"model.embed_tokens.weight", {V, D}, WeightKind::Embedding, false, {}});
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string L = "model.layers." + std::to_string(i) + ".";
     const std::string A = L + "self_attn.";
@@ -47,16 +48,17 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
       lin(I + "wq_b.weight", int64_t(c.index_n_heads) * c.index_head_dim, c.q_lora_rank);
       lin(I + "wk.weight", c.index_head_dim, D);
       norm(I + "k_norm.weight", c.index_head_dim);
-      w.push_back({I + "k_norm.bias", {c.index_head_dim}, WeightKind::NormBias, false});
+      w.push_back({I + "k_norm.bias", {c.index_head_dim}, WeightKind::NormBias, false, {}});
       lin(I + "weights_proj.weight", c.index_n_heads, D, /*fp8=*/false);
     }
     if (c.is_moe_layer(i)) {
-      w.push_back({L + "mlp.gate.weight", {c.n_routed_experts, D}, WeightKind::Router, false});
+      w.push_back({L + "mlp.gate.weight", {c.n_routed_experts, D}, WeightKind::Router, false, {}});
       if (c.topk_method == TopkMethod::NoauxTc)
         w.push_back({L + "mlp.gate.e_score_correction_bias",
                      {c.n_routed_experts},
                      WeightKind::CorrectionBias,
-                     false});
+                     false,
+                     {}});
       for (int e = 0; e < c.n_routed_experts; ++e)
         mlp(L + "mlp.experts." + std::to_string(e) + ".", c.moe_intermediate_size);
       if (c.n_shared_experts > 0)
@@ -72,14 +74,17 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
 
 namespace {
 
-// Converts one checkpoint tensor (and its scales) to an owned F32 buffer.
+// Converts one checkpoint tensor (its slice, and its scales) to an owned F32 buffer.
 class Loader {
  public:
   Loader(const Checkpoint& ck, ModelWeights& mw) : ck_(ck), mw_(mw) {}
 
-  Tensor load(const WeightSpec& spec) {
-    Tensor t = ck_.get(spec.name, spec.shape);
-    Buffer out(DType::F32, spec.shape);
+  Tensor load(const WeightSpec& spec, LoadProgress& progress) {
+    std::vector<Buffer> scratch;
+    const WeightRead r = read_weight(ck_, spec, scratch);
+    const Tensor t = r.value;
+    const Shape local = spec.local_shape();
+    Buffer out(DType::F32, local);
     const std::string& file = ck_.file_of(spec.name);
     switch (t.dtype) {
       case DType::F32:
@@ -92,28 +97,23 @@ class Loader {
         break;
       }
       case DType::F8_E4M3: {
-        if (!spec.fp8)
-          fail(file, ": tensor '", spec.name, "' is F8_E4M3, but osprey expects it unquantized");
         const std::string sname = spec.name + "_scale_inv";
-        if (!ck_.contains(sname)) fail(file, ": FP8 tensor '", spec.name, "' has no '", sname, "'");
-        const Shape sshape = {(spec.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
-                              (spec.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
-        Tensor s = ck_.get(sname, sshape);
-        if (s.dtype != DType::F32)
-          fail(ck_.file_of(sname), ": tensor '", sname, "' must be F32, got ", dtype_name(s.dtype));
-        for (int64_t i = 0; i < s.numel(); ++i)
-          if (!(std::isfinite(s.f32()[i]) && s.f32()[i] > 0))
+        const Tensor& sc = r.scale_inv;
+        for (int64_t i = 0; i < sc.numel(); ++i)
+          if (!(std::isfinite(sc.f32()[i]) && sc.f32()[i] > 0))
             fail(ck_.file_of(sname), ": tensor '", sname,
                  "' holds a non-positive or non-finite scale");
         used_.insert(sname);
-        ops::cpu::dequantize(out, LinearWeight{t, s});
+        ops::cpu::dequantize(out, LinearWeight{t, sc});
         break;
       }
       default:
         fail(file, ": tensor '", spec.name, "' has dtype ", dtype_name(t.dtype),
              "; expected F32, BF16, F16 or F8_E4M3");
     }
+    if (ck_.contains(spec.name + "_scale_inv")) used_.insert(spec.name + "_scale_inv");
     used_.insert(spec.name);
+    progress.add(int(ck_.file_index(spec.name)), r.bytes);
     Tensor v = out.view();
     mw_.owned.push_back(std::move(out));
     return v;
@@ -140,6 +140,7 @@ void assemble_weights(const ModelConfig& c, const std::map<std::string, LinearWe
   mw.embed = ten("model.embed_tokens.weight");
   mw.final_norm = ten("model.norm.weight");
   mw.lm_head = c.tie_word_embeddings ? LinearWeight{mw.embed, {}} : lin("lm_head.weight");
+  mw.first_expert = -1;
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string L = "model.layers." + std::to_string(i) + ".";
     const std::string A = L + "self_attn.";
@@ -167,8 +168,14 @@ void assemble_weights(const ModelConfig& c, const std::map<std::string, LinearWe
       lw.router = ten(L + "mlp.gate.weight");
       if (c.topk_method == TopkMethod::NoauxTc)
         lw.correction_bias = ten(L + "mlp.gate.e_score_correction_bias");
-      for (int e = 0; e < c.n_routed_experts; ++e)
-        lw.experts.push_back(mlp(L + "mlp.experts." + std::to_string(e) + "."));
+      // The experts the tensors hold (all, or one rank's contiguous range).
+      for (int e = 0; e < c.n_routed_experts; ++e) {
+        const std::string p = L + "mlp.experts." + std::to_string(e) + ".";
+        if (!t.count(p + "gate_proj.weight")) continue;
+        if (mw.first_expert < 0) mw.first_expert = e;
+        OSPREY_CHECK(e == mw.first_expert + int(lw.experts.size()), "experts not contiguous");
+        lw.experts.push_back(mlp(p));
+      }
       lw.has_shared = c.n_shared_experts > 0;
       if (lw.has_shared) lw.shared = mlp(L + "mlp.shared_experts.");
     } else {
@@ -176,15 +183,18 @@ void assemble_weights(const ModelConfig& c, const std::map<std::string, LinearWe
     }
     mw.layers.push_back(std::move(lw));
   }
+  if (mw.first_expert < 0) mw.first_expert = 0;
 }
 
 static void report_unused(const Checkpoint& ckpt, const ModelConfig& c,
-                          const std::set<std::string>& used, ModelWeights& mw) {
+                          const std::set<std::string>& used, ModelWeights& mw, bool sharded) {
   // Tensors nobody asked for: the MTP layers are expected (skipped); anything else is reported.
   int unknown = 0;
   std::string first_unknown;
   for (const std::string& name : ckpt.names()) {
     if (used.count(name)) continue;
+    // A sharded load leaves out other ranks' experts on purpose.
+    if (sharded && name.find(".mlp.experts.") != std::string::npos) continue;
     int layer = -1;
     if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 &&
         layer >= c.num_hidden_layers) {
@@ -198,14 +208,22 @@ static void report_unused(const Checkpoint& ckpt, const ModelConfig& c,
                  ckpt.path().c_str(), first_unknown.c_str());
 }
 
-ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c,
+                              const std::vector<WeightSpec>& specs, const std::string& label) {
   ModelWeights mw;
   Loader loader(ckpt, mw);
+  LoadProgress progress(label, int(ckpt.n_files()));
   std::map<std::string, LinearWeight> t;
-  for (const WeightSpec& spec : weight_specs(c)) t[spec.name] = LinearWeight{loader.load(spec), {}};
+  for (const WeightSpec& spec : in_checkpoint_order(ckpt, specs))
+    t[spec.name] = LinearWeight{loader.load(spec, progress), {}};
+  progress.done();
   assemble_weights(c, t, mw);
-  report_unused(ckpt, c, loader.used(), mw);
+  report_unused(ckpt, c, loader.used(), mw, specs.size() != weight_specs(c).size());
   return mw;
+}
+
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& c) {
+  return load_weights_cpu(ckpt, c, weight_specs(c), "osprey: loading weights");
 }
 
 }  // namespace osprey

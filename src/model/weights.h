@@ -47,10 +47,10 @@ struct LayerWeights {
   Tensor post_attn_norm;  // [D]
   AttentionWeights attn;
   bool moe = false;
-  MlpWeights mlp;          // dense layers
-  Tensor router;           // [E, D]
-  Tensor correction_bias;  // [E] (noaux_tc only)
-  std::vector<MlpWeights> experts;
+  MlpWeights mlp;                   // dense layers
+  Tensor router;                    // [E, D]
+  Tensor correction_bias;           // [E] (noaux_tc only)
+  std::vector<MlpWeights> experts;  // experts first_expert.. (all of them unless sharded)
   bool has_shared = false;
   MlpWeights shared;  // [n_shared·moe_I, D] ...
 };
@@ -63,6 +63,7 @@ struct ModelWeights {
   std::vector<Buffer> owned;          // storage behind the views above (CPU loader)
   std::vector<Storage> device_owned;  // storage behind the views above (device loaders)
   int skipped_mtp_tensors = 0;
+  int first_expert = 0;  // global id of layers[l].experts[0]
 };
 
 // Loads every weight of `config` from `ckpt` as F32 host tensors.
@@ -87,12 +88,31 @@ void assemble_weights(const ModelConfig& config, const std::map<std::string, Lin
 // Every tensor a config implies, under its published name: what the loader requires and what
 // make-model writes. fp8 marks the linear weights that FP8 checkpoints store as e4m3 + scales.
 enum class WeightKind { Embedding, Norm, NormBias, Linear, Router, CorrectionBias };
+// Rows (dim 0) or columns (dim 1) [begin, end) of a checkpoint tensor: the part one rank of a
+// parallel model reads (model/shard.h). dim −1: the whole tensor.
+struct TensorSlice {
+  int dim = -1;
+  int64_t begin = 0, end = 0;
+};
 struct WeightSpec {
   std::string name;
-  Shape shape;
+  Shape shape;  // in the checkpoint
   WeightKind kind;
   bool fp8 = false;
+  TensorSlice slice;
+  Shape local_shape() const;  // the shape after the slice
 };
 std::vector<WeightSpec> weight_specs(const ModelConfig& config);
+
+// The loaders over an explicit list of specs (a rank's shard_weight_specs); weights of experts
+// the list leaves out are absent from the result (ModelWeights::first_expert says which are held).
+// Tensors are read in checkpoint order (file, then offset) and a progress line goes to stderr
+// (safetensors shards done, GB read, GB/s) prefixed by `label`.
+ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& config,
+                              const std::vector<WeightSpec>& specs, const std::string& label);
+ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& config,
+                               const std::vector<WeightSpec>& specs, const std::string& label);
+ModelWeights make_dummy_weights_cuda(const ModelConfig& config, uint64_t seed, bool fp8,
+                                     const std::vector<WeightSpec>& specs);
 
 }  // namespace osprey

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "model/weight_slice.h"
 #include "model/weights.h"
 
 #ifdef OSPREY_WITH_CUDA
@@ -15,6 +16,7 @@
 namespace osprey {
 
 #ifdef OSPREY_WITH_CUDA
+
 namespace {
 Shape scale_shape(const Shape& s) {
   return {(s[0] + kFp8BlockSize - 1) / kFp8BlockSize, (s[1] + kFp8BlockSize - 1) / kFp8BlockSize};
@@ -25,31 +27,29 @@ bool stays_f32(WeightKind k) {
 }
 }  // namespace
 
-ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
+ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c,
+                               const std::vector<WeightSpec>& specs, const std::string& label) {
   ModelWeights mw;
   std::map<std::string, LinearWeight> t;
   auto keep = [&](Storage s) {
     mw.device_owned.push_back(s);
     return s.view();
   };
-  for (const WeightSpec& spec : weight_specs(c)) {
-    Tensor src = ckpt.get(spec.name, spec.shape);
+  LoadProgress progress(label, int(ckpt.n_files()));
+  for (const WeightSpec& spec : in_checkpoint_order(ckpt, specs)) {
+    std::vector<Buffer> scratch;  // column slices' copies, until they are on the device
+    const WeightRead read = read_weight(ckpt, spec, scratch);
+    progress.add(int(ckpt.file_index(spec.name)), read.bytes);
+    Tensor src = read.value;
+    const Shape local = spec.local_shape();
     if (src.dtype == DType::F8_E4M3) {
-      if (!spec.fp8)
-        fail(ckpt.file_of(spec.name), ": tensor '", spec.name,
-             "' is F8_E4M3, but osprey expects it unquantized");
-      const std::string sname = spec.name + "_scale_inv";
-      if (!ckpt.contains(sname))
-        fail(ckpt.file_of(spec.name), ": FP8 tensor '", spec.name, "' has no '", sname, "'");
-      Tensor s = ckpt.get(sname, scale_shape(spec.shape));
-      if (s.dtype != DType::F32) fail(ckpt.file_of(sname), ": tensor '", sname, "' must be F32");
       t[spec.name] = LinearWeight{keep(to_device_storage(src, Device::CUDA)),
-                                  keep(to_device_storage(s, Device::CUDA))};
+                                  keep(to_device_storage(read.scale_inv, Device::CUDA))};
       continue;
     }
     // Everything else through its F32 value (the CPU loader's conversion), then to the device
     // dtype.
-    Buffer f(DType::F32, spec.shape);
+    Buffer f(DType::F32, local);
     if (src.dtype == DType::F32) {
       std::copy_n(src.f32(), src.numel(), f.f32());
     } else if (src.dtype == DType::BF16 || src.dtype == DType::F16) {
@@ -63,16 +63,26 @@ ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
     if (stays_f32(spec.kind)) {
       t[spec.name] = LinearWeight{keep(to_device_storage(f, Device::CUDA)), {}};
     } else {
-      Buffer b(DType::BF16, spec.shape);
+      Buffer b(DType::BF16, local);
       for (int64_t i = 0; i < f.numel(); ++i) b.ptr<uint16_t>()[i] = f32_to_bf16(f.f32()[i]);
       t[spec.name] = LinearWeight{keep(to_device_storage(b, Device::CUDA)), {}};
     }
   }
+  progress.done();
   assemble_weights(c, t, mw);
   return mw;
 }
 
+ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
+  return load_weights_cuda(ckpt, c, weight_specs(c), "osprey: loading weights");
+}
+
 ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool fp8) {
+  return make_dummy_weights_cuda(c, seed, fp8, weight_specs(c));
+}
+
+ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool fp8,
+                                     const std::vector<WeightSpec>& specs) {
   ModelWeights mw;
   std::map<std::string, LinearWeight> t;
   uint64_t n = 0;
@@ -82,8 +92,11 @@ ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool f
     mw.device_owned.push_back(st);
     return st.view();
   };
-  for (const WeightSpec& spec : weight_specs(c)) {
-    const float in = float(spec.shape.back());
+  for (const WeightSpec& full : specs) {
+    // The same values whatever the sharding is not promised: each rank's slice is drawn anew.
+    WeightSpec spec = full;
+    spec.shape = full.local_shape();
+    const float in = float(full.shape.back());
     const float a = std::sqrt(3.0f / in);  // uniform ±a over `in` inputs: unit output variance
     switch (spec.kind) {
       case WeightKind::Norm:
@@ -119,7 +132,15 @@ ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool f
 ModelWeights load_weights_cuda(const Checkpoint&, const ModelConfig&) {
   fail("this build has no CUDA backend: rebuild where nvcc is installed to run on the GPU");
 }
+ModelWeights load_weights_cuda(const Checkpoint&, const ModelConfig&,
+                               const std::vector<WeightSpec>&, const std::string&) {
+  fail("this build has no CUDA backend: rebuild where nvcc is installed to run on the GPU");
+}
 ModelWeights make_dummy_weights_cuda(const ModelConfig&, uint64_t, bool) {
+  fail("this build has no CUDA backend: rebuild where nvcc is installed to run on the GPU");
+}
+ModelWeights make_dummy_weights_cuda(const ModelConfig&, uint64_t, bool,
+                                     const std::vector<WeightSpec>&) {
   fail("this build has no CUDA backend: rebuild where nvcc is installed to run on the GPU");
 }
 
