@@ -35,8 +35,9 @@ std::vector<std::string> run_ranks(std::vector<std::unique_ptr<Communicator>>& c
   return errors;
 }
 
-// Ports of this process: apart from other test processes that ctest runs at the same time.
-std::atomic<int> next_port{20000 + int(::getpid() % 4000) * 12};
+// Ports of this process: apart from other test processes that ctest runs at the same time, and
+// always below 65536 (20000 + 2999·12 + the dozen this process takes).
+std::atomic<int> next_port{20000 + int(::getpid() % 3000) * 12};
 
 std::vector<std::unique_ptr<Communicator>> make_group(const std::string& kind, int n,
                                                       double timeout_s) {
