@@ -14,6 +14,8 @@
 
 namespace osprey {
 
+#ifdef OSPREY_WITH_CUDA
+
 namespace {
 Shape scale_shape(const Shape& s) {
   return {(s[0] + kFp8BlockSize - 1) / kFp8BlockSize, (s[1] + kFp8BlockSize - 1) / kFp8BlockSize};
@@ -23,8 +25,6 @@ bool stays_f32(WeightKind k) {
          k == WeightKind::CorrectionBias;
 }
 }  // namespace
-
-#ifdef OSPREY_WITH_CUDA
 
 ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
   ModelWeights mw;
