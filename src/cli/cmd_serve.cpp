@@ -66,7 +66,9 @@ void run(const Args& a, bool kv_given, bool util_given) {
   // The expanded attention path's memory grows with a step's Σ seq_lens: bound it by one
   // sequence of max_model_len (what the profile step below measures); wider steps run absorbed.
   bundle.model->set_max_expanded_kv_rows(model_len);
-#ifdef OSPREY_WITH_CUDA
+#ifndef OSPREY_WITH_CUDA
+  (void)kv_given;  // the GPU memory profile below decides the cache size only with CUDA
+#else
   if (cuda && !kv_given) {
     // The KV cache takes this fraction of the memory left after the weights and after a profile
     // step at the largest batch has grown the step workspace and the ops' scratch to their peak.
