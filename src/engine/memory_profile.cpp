@@ -21,11 +21,13 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
   const int64_t n_blocks = (int64_t(max_model_len) + kBlockSize - 1) / kBlockSize;
   PagedKVCache cache = model.make_cache(n_blocks);
   if (cache.device() == Device::CUDA) {
+#ifdef OSPREY_WITH_CUDA
     // Zeroed, so the earlier positions' keys are finite numbers (routing and top-k stay sane).
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       cuda::fill_bytes(cache.latent(l), 0);
       if (c.has_indexer) cuda::fill_bytes(cache.index_keys(l), 0);
     }
+#endif
   } else {
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       Tensor t = cache.latent(l);
@@ -52,9 +54,11 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
     ForwardOptions o;
     o.path = path;
     if (model.device() == Device::CUDA) {
+#ifdef OSPREY_WITH_CUDA
       DeviceBuffer logits(DType::F32, {n_logits, c.vocab_size});
       model.forward(batch, cache, logits, o);
       cuda::synchronize();
+#endif
     } else {
       Buffer logits(DType::F32, {n_logits, c.vocab_size});
       model.forward(batch, cache, logits, o);

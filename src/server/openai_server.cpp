@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/auth.h"
 
 namespace osprey::server {
 
@@ -325,7 +326,7 @@ void OpenAIServer::error(std::shared_ptr<Responder> res, const ApiError& e) {
 void OpenAIServer::handle(const HttpRequest& req, std::shared_ptr<Responder> res) {
   try {
     const bool v1 = req.path.rfind("/v1/", 0) == 0;
-    if (v1 && !opts_.api_key.empty() && req.authorization != "Bearer " + opts_.api_key)
+    if (v1 && !opts_.api_key.empty() && !bearer_matches(req.authorization, opts_.api_key))
       throw ApiError(401, req.authorization.empty()
                               ? "missing API key: send 'Authorization: Bearer <key>'"
                               : "incorrect API key provided");
