@@ -209,12 +209,12 @@ SamplingParams sampling(const Fields& f, const ServedModel& m) {
     for (size_t i = 0; i < s.size(); ++i) {
       const json& x = s[i];
       if (!x.is_number_integer()) f.bad("stop_token_ids", "must be a list of token ids");
-      const bool in_vocab = x.is_number_unsigned() ? x.get<uint64_t>() < uint64_t(vocab)
-                                                   : x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab;
+      const bool in_vocab = x.is_number_unsigned()
+                                ? x.get<uint64_t>() < uint64_t(vocab)
+                                : x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab;
       if (!in_vocab)
         f.bad("stop_token_ids", "holds " + x.dump() + " (at index " + std::to_string(i) +
-                                    "), outside the vocabulary [0, " + std::to_string(vocab) +
-                                    ")");
+                                    "), outside the vocabulary [0, " + std::to_string(vocab) + ")");
       p.stop_token_ids.push_back(int32_t(x.get<int64_t>()));
     }
   }

@@ -56,7 +56,8 @@ void check(const srv::GenerationRequest& r, bool chat) {
 void run(const nlohmann::json& body, bool chat) {
   srv::GenerationRequest r;
   try {
-    r = chat ? srv::parse_chat_request(body, g_model) : srv::parse_completion_request(body, g_model);
+    r = chat ? srv::parse_chat_request(body, g_model)
+             : srv::parse_completion_request(body, g_model);
   } catch (const srv::ApiError& e) {
     if (e.status < 400 || e.status > 499) die("non-4xx status", std::to_string(e.status));
     if (std::string(e.what()).empty()) die("empty error message");
@@ -73,7 +74,8 @@ void run(const nlohmann::json& body, bool chat) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = std::getenv("OSPREY_FUZZ_MODEL");
   try {
-    g_bundle = new osprey::ModelBundle(osprey::load_model_bundle(dir ? dir : OSPREY_DEFAULT_MODEL_DIR));
+    g_bundle =
+        new osprey::ModelBundle(osprey::load_model_bundle(dir ? dir : OSPREY_DEFAULT_MODEL_DIR));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "openai_request_fuzz: %s\n", e.what());
     std::exit(2);

@@ -56,7 +56,8 @@ std::vector<tk::ChatMessage> split_messages(std::string_view text) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* path = std::getenv("OSPREY_FUZZ_TOKENIZER");
   try {
-    g_tokenizer = new tk::Tokenizer(tk::Tokenizer::load(path ? path : OSPREY_DEEPSEEK_V3_TOKENIZER));
+    g_tokenizer =
+        new tk::Tokenizer(tk::Tokenizer::load(path ? path : OSPREY_DEEPSEEK_V3_TOKENIZER));
     g_encoders[0] = new tk::ChatEncoder(*g_tokenizer, tk::ChatFormat::kDeepSeekV3);
     g_encoders[1] = new tk::ChatEncoder(*g_tokenizer, tk::ChatFormat::kDeepSeekV31);
     g_encoders[2] = new tk::ChatEncoder(*g_tokenizer, tk::ChatFormat::kSimple);
