@@ -38,6 +38,7 @@ struct Args {
                      load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto";
   int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
       io_threads = 2;
+  int64_t num_blocks_override = 0;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
   size_t max_request_bytes = size_t(16) << 20, max_queued = 4096;
   bool no_prefix_caching = false, enable_log_requests = false, disable_log_stats = false;
@@ -45,7 +46,6 @@ struct Args {
   double shutdown_timeout_s = 10, log_stats_interval_s = 10;
 };
 
-constexpr double kGiB = double(int64_t(1) << 30);
 // After the drain, how long the last responses (error events, 503s) get to reach the clients.
 constexpr auto kFlushGrace = std::chrono::seconds(2);
 
@@ -84,6 +84,7 @@ void check_cuda_fits(const std::string& dir, bool dummy) {
   }
   size_t free_b = 0, total_b = 0;
   ops::cuda::memory_info(&free_b, &total_b);
+  constexpr double kGiB = double(int64_t(1) << 30);
   if (need > double(free_b))
     fail("the model's weights need at least ", need / kGiB, " GiB but the GPU has ",
          double(free_b) / kGiB, " GiB free of ", double(total_b) / kGiB,
@@ -239,6 +240,10 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_model_len = a.max_model_len;
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
+  if (a.num_blocks_override < 0)
+    fail("--num-gpu-blocks-override must be a positive number of blocks, got ",
+         a.num_blocks_override);
+  ec.num_blocks = a.num_blocks_override;
   const int model_len =
       a.max_model_len > 0 ? a.max_model_len : int(bundle.model->config().max_position_embeddings);
   // The expanded attention path's memory grows with a step's Σ seq_lens: bound it by one
@@ -331,6 +336,9 @@ void register_cmd(CLI::App& app) {
   auto* util = sub->add_option(
       "--gpu-memory-utilization", a->gpu_memory_utilization,
       "fraction of the GPU memory left after the weights for the KV cache (cuda; default 0.9)");
+  sub->add_option("--num-gpu-blocks-override", a->num_blocks_override,
+                  "KV cache blocks (of 64 tokens), overriding --kv-cache-memory and the GPU "
+                  "profile (as vLLM's; also on cpu; for tests that force preemption)");
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,

@@ -145,7 +145,8 @@ const std::set<std::string> kCommon = {"model",
                                        "ignore_eos",
                                        "min_tokens",
                                        "stop_token_ids",
-                                       "skip_special_tokens"};
+                                       "skip_special_tokens",
+                                       "return_tokens_as_token_ids"};
 
 constexpr int kMaxN = 16;
 
@@ -230,6 +231,7 @@ SamplingParams sampling(const Fields& f, const ServedModel& m) {
 }
 
 void stream_fields(const Fields& f, GenerationRequest& r) {
+  r.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids", false);
   r.stream = f.boolean("stream", false);
   if (f.has("stream_options")) {
     const json& so = f.at("stream_options");

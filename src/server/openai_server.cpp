@@ -196,6 +196,7 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   std::string token_text(int32_t id) const {
+    if (req_.return_tokens_as_token_ids) return "token_id:" + std::to_string(id);
     if (bundle_.tokenizer && bundle_.tokenizer->is_known(id))
       return std::string(bundle_.tokenizer->token_bytes(id));
     return "";
