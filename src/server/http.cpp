@@ -358,7 +358,7 @@ HttpServer::HttpServer(const HttpServerOptions& opts, Handler handler)
     : opts_(opts),
       handler_(std::move(handler)),
       shared_(std::make_shared<ServerShared>()),
-      acceptor_(io_) {
+      acceptor_(net::make_strand(io_)) {  // accepts and the shutdown's close, serialised
   shared_->log_requests = opts.log_requests;
   beast::error_code ec;
   const auto addr = net::ip::make_address(opts.host, ec);
@@ -406,7 +406,7 @@ void HttpServer::run() {
 
 void HttpServer::stop_accepting() {
   std::promise<void> closed;
-  net::post(io_, [this, &closed] {
+  net::post(acceptor_.get_executor(), [this, &closed] {
     beast::error_code ec;
     acceptor_.close(ec);
     closed.set_value();
@@ -431,7 +431,7 @@ size_t HttpServer::close_connections(std::chrono::milliseconds grace) {
 }
 
 void HttpServer::stop() {
-  net::post(io_, [this] {
+  net::post(acceptor_.get_executor(), [this] {
     beast::error_code ec;
     acceptor_.close(ec);
   });
