@@ -56,6 +56,10 @@ json parse_body(const std::string& body) {
       throw ApiError(400,
                      "the request body is not valid UTF-8 (byte " + std::to_string(e.byte) + ")");
     throw ApiError(400, "the request body is not valid JSON: " + what);
+  } catch (const json::exception& e) {
+    // Not a syntax error but still no JSON value a request can hold, e.g. a number beyond the
+    // range of a double (1e999: out_of_range.406).
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;

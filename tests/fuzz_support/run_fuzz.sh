@@ -19,8 +19,8 @@ if [[ $status -ne 0 ]]; then
   echo "fuzz $name: FAILED (status $status); reproducer: $(ls "$work"/crash-* "$work"/leak-* "$work"/oom-* "$work"/timeout-* 2>/dev/null | head -1)" >&2
   exit "$status"
 fi
-execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/fuzz.log" | grep -o '[0-9]*$')
-rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$work/fuzz.log" | grep -o '[0-9]*$')
+execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$work/fuzz.log" | grep -oE '[0-9]+$')
+rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$work/fuzz.log" | grep -oE '[0-9]+$')
 inputs=$(find "$work/corpus" -type f | wc -l)
 line="fuzz $name: $execs executions in $seconds s ($rate/s), corpus $inputs inputs, no failure"
 echo "$line"

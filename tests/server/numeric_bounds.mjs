@@ -53,6 +53,8 @@ const refused = [
   ['prompt id negative', C, { ...ok, prompt: [-3, 4] }, "'prompt' has token id -3 outside the vocabulary"],
   ['prompt id in a batch', C, { ...ok, prompt: [[1, 2], [3, 70000]] }, "'prompt' has token id 70000"],
   ['prompts 17', C, { ...ok, prompt: Array.from({ length: 17 }, () => 'x') }, "'prompt' has more than 16 prompts"],
+  // Found by openai_request_fuzz (corpus crash_number_overflows_double): was a 500.
+  ['number beyond a double', C, '{"prompt": "x", "temperature": 1e999}', 'the request body is not valid JSON'],
   ['JSON nested too deep', C, '{"prompt": ' + '['.repeat(100) + ']'.repeat(100) + '}', 'nests JSON deeper than 64 levels'],
 ];
 // In range, at the edges: accepted (200).
