@@ -65,7 +65,7 @@ check(late.status === -1 && /ECONNREFUSED|ECONNRESET/.test(late.error || ''),
 const hardLimit = (timeoutS + kFlushGraceS + kSlackS) * 1000;
 const results = await Promise.race([
   Promise.all([...streams, plain]),
-  new Promise((r) => setTimeout(() => r(null), hardLimit + 5000)),
+  new Promise((r) => setTimeout(() => r(null), hardLimit + 5000).unref()),  // (unref: no wait at exit)
 ]);
 check(results !== null, `every client's response ended (none hanging after ${hardLimit + 5000} ms)`);
 if (results) {
