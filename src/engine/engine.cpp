@@ -26,15 +26,18 @@ SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg
 }
 
 int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
-  const int64_t n =
-      cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / m.kv_bytes_per_block();
-  if (n * kBlockSize < s.max_model_len)
-    fail("the KV cache (", n, " blocks of ", kBlockSize,
-         " tokens) cannot hold one sequence of "
-         "max_model_len ",
-         s.max_model_len,
-         " tokens: give the cache more memory or lower "
-         "max_model_len");
+  const int64_t per_block = m.kv_bytes_per_block();
+  const int64_t n = cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / per_block;
+  const int64_t need = (int64_t(s.max_model_len) + kBlockSize - 1) / kBlockSize;
+  if (n < need) {
+    constexpr double kMiB = double(1 << 20);
+    fail("the KV cache (", double(n * per_block) / kMiB, " MiB: ", n, " blocks of ", kBlockSize,
+         " tokens at ", per_block, " bytes each) cannot hold one sequence of max_model_len ",
+         s.max_model_len, " tokens, which needs ", need, " blocks (",
+         double(need * per_block) / kMiB,
+         " MiB): give the cache more memory (--kv-cache-memory; --gpu-memory-utilization on "
+         "cuda) or lower --max-model-len");
+  }
   return n;
 }
 

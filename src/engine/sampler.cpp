@@ -192,8 +192,9 @@ void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
   const size_t stage_bytes = lists_at + lists_.size() * sizeof(int32_t);
   reserve_bytes(&stage_host_, &stage_dev_, device, stage_bytes);
   char* h = static_cast<char*>(stage_host_.view().data);
-  std::memcpy(h, params_.data(), params_bytes);
-  std::memcpy(h + lists_at, lists_.data(), lists_.size() * sizeof(int32_t));
+  // (memcpy from an empty vector's null data() is undefined even for 0 bytes: UBSan's find.)
+  if (!params_.empty()) std::memcpy(h, params_.data(), params_bytes);
+  if (!lists_.empty()) std::memcpy(h + lists_at, lists_.data(), lists_.size() * sizeof(int32_t));
   last_upload_bytes_ = 0;
   if (device != Device::CPU && n_rows > 0) {
     ops::copy(stage_dev_.view().rows(0, int64_t(stage_bytes)),

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,9 +33,16 @@ class Fields {
   int64_t integer(const char* key) const {
     if (!has(key)) bad(key, "is missing (it has no default)");
     const json& v = j_.at(key);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      bad(key, "is " + v.dump() + ", beyond any size a model has");
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
-      return int64_t(v.get<double>());
+    // 4096.0 is an integer too (some writers emit floats); one outside int64 is not converted
+    // (that would be undefined), it is refused.
+    constexpr double kInt64Bound = 9223372036854775808.0;  // 2^63
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::floor(d) == d && d >= -kInt64Bound && d < kInt64Bound) return int64_t(d);
+    }
     bad(key, "must be an integer, got " + v.dump());
   }
   int64_t integer(const char* key, int64_t dflt) const { return has(key) ? integer(key) : dflt; }

@@ -20,6 +20,98 @@ using nlohmann::json;
 
 namespace {
 constexpr size_t kMaxHeader = size_t(100) << 20;  // 100 MB, as the format's reference reader
+// Bounds that keep Tensor's int64 arithmetic (numel, strides) exact: no checkpoint comes near.
+constexpr size_t kMaxRank = 16;
+constexpr uint64_t kMaxElements = uint64_t(1) << 62;
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const unsigned char* bytes, size_t size,
+                                           const std::string& path) {
+  if (size < 8)
+    fail(path, ": truncated safetensors file (", size,
+         " bytes, less than the 8-byte header length)");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > kMaxHeader || header_len > size - 8)
+    fail(path, ": header length ", header_len, " does not fit the file (", size,
+         " bytes): the file is truncated or not safetensors");
+  SafetensorsHeader h;
+  h.data_offset = 8 + size_t(header_len);
+  const size_t data_size = size - h.data_offset;
+
+  json header;
+  try {
+    header = json::parse(bytes + 8, bytes + h.data_offset);
+  } catch (const json::exception& e) {
+    fail(path, ": the header is not valid JSON (", e.what(), ")");
+  }
+  if (!header.is_object()) fail(path, ": the header is not a JSON object");
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (v.is_object())
+        for (auto m = v.begin(); m != v.end(); ++m)
+          if (m.value().is_string()) h.metadata[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    auto bad = [&](const std::string& why) { fail(path, ": tensor '", name, "': ", why); };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
+      bad("header entry needs dtype, shape and data_offsets");
+    TensorInfo t;
+    t.name = name;
+    if (!v["dtype"].is_string() || !dtype_from_name(v["dtype"].get<std::string>(), &t.dtype))
+      bad("unknown dtype " + v["dtype"].dump());
+    if (!v["shape"].is_array()) bad("shape must be an array");
+    if (v["shape"].size() > kMaxRank)
+      bad(str_cat("shape ", v["shape"].dump(), " has more than ", kMaxRank, " dimensions"));
+    // numel × dtype size must fit the data region; checked per factor so nothing overflows (the
+    // product of the non-zero dimensions too: Tensor::numel multiplies them all).
+    uint64_t span_bytes = dtype_size(t.dtype), nonzero = 1;
+    bool too_big = false;
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_unsigned()) bad("shape " + v["shape"].dump() + " has a bad dimension");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && nonzero > kMaxElements / dim) too_big = true;
+      if (!too_big && dim != 0) nonzero *= dim;
+      span_bytes = dim == 0 ? 0 : (span_bytes > UINT64_MAX / dim ? UINT64_MAX : span_bytes * dim);
+      t.shape.push_back(too_big ? 0 : int64_t(dim));
+    }
+    if (too_big) bad(str_cat("shape ", v["shape"].dump(), " has more than 2^62 elements"));
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      bad("data_offsets must be [begin, end]");
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end) bad("data_offsets begin > end");
+    if (end > data_size)
+      bad(str_cat("data_offsets [", begin, ", ", end, ") run past the end of the data (", data_size,
+                  " bytes): the file is truncated or its header is wrong"));
+    t.begin = size_t(begin);
+    t.end = size_t(end);
+    if (span_bytes != end - begin)
+      bad(str_cat(
+          "shape ", shape_str(t.shape), " of ", dtype_name(t.dtype), " needs ",
+          span_bytes == UINT64_MAX ? std::string("more than 2^64") : std::to_string(span_bytes),
+          " bytes but data_offsets span ", end - begin));
+    h.tensors[name] = std::move(t);
+  }
+  std::vector<const TensorInfo*> spans;
+  for (const auto& [name, t] : h.tensors) spans.push_back(&t);
+  std::sort(spans.begin(), spans.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+  // Empty tensors take no bytes and overlap nothing; among the others each must start at or
+  // after the furthest end seen so far.
+  const TensorInfo* furthest = nullptr;
+  for (const TensorInfo* t : spans) {
+    if (t->begin == t->end) continue;
+    if (furthest && t->begin < furthest->end)
+      fail(path, ": tensors '", furthest->name, "' and '", t->name, "' overlap in the data region");
+    if (!furthest || t->end > furthest->end) furthest = t;
+  }
+  return h;
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
@@ -42,72 +134,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     map_ = nullptr;
     fail("cannot map ", path, ": ", std::strerror(errno));
   }
-  const auto* bytes = static_cast<const unsigned char*>(map_);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
-  if (header_len > kMaxHeader || header_len > size_ - 8)
-    fail(path, ": header length ", header_len, " does not fit the file (", size_,
-         " bytes): the file is truncated or not safetensors");
-  data_ = reinterpret_cast<const char*>(bytes) + 8 + header_len;
-  const size_t data_size = size_ - 8 - header_len;
-
-  json header;
+  SafetensorsHeader h;
   try {
-    header = json::parse(reinterpret_cast<const char*>(bytes) + 8,
-                         reinterpret_cast<const char*>(bytes) + 8 + header_len);
-  } catch (const json::exception& e) {
-    fail(path, ": the header is not valid JSON (", e.what(), ")");
+    h = parse_safetensors_header(static_cast<const unsigned char*>(map_), size_, path);
+  } catch (...) {
+    ::munmap(map_, size_);  // the destructor does not run for a constructor that throws
+    map_ = nullptr;
+    throw;
   }
-  if (!header.is_object()) fail(path, ": the header is not a JSON object");
-
-  std::vector<const TensorInfo*> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (v.is_object())
-        for (auto m = v.begin(); m != v.end(); ++m)
-          if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
-      continue;
-    }
-    auto bad = [&](const std::string& why) { fail(path, ": tensor '", name, "': ", why); };
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets"))
-      bad("header entry needs dtype, shape and data_offsets");
-    TensorInfo t;
-    t.name = name;
-    if (!v["dtype"].is_string() || !dtype_from_name(v["dtype"].get<std::string>(), &t.dtype))
-      bad("unknown dtype " + v["dtype"].dump());
-    if (!v["shape"].is_array()) bad("shape must be an array");
-    for (const json& d : v["shape"]) {
-      if (!d.is_number_unsigned()) bad("shape " + v["shape"].dump() + " has a bad dimension");
-      t.shape.push_back(d.get<int64_t>());
-    }
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned())
-      bad("data_offsets must be [begin, end]");
-    t.begin = off[0].get<size_t>();
-    t.end = off[1].get<size_t>();
-    if (t.begin > t.end) bad("data_offsets begin > end");
-    if (t.end > data_size)
-      bad(str_cat("data_offsets [", t.begin, ", ", t.end, ") run past the end of the data (",
-                  data_size, " bytes): the file is truncated or its header is wrong"));
-    // numel × size, guarding against overflow from absurd shapes.
-    long double want = dtype_size(t.dtype);
-    for (int64_t d : t.shape) want *= (long double)d;
-    if (want != (long double)(t.end - t.begin))
-      bad(str_cat("shape ", shape_str(t.shape), " of ", dtype_name(t.dtype), " needs ",
-                  (unsigned long long)want, " bytes but data_offsets span ", t.end - t.begin));
-    tensors_[name] = std::move(t);
-  }
-  for (const auto& [name, t] : tensors_) spans.push_back(&t);
-  std::sort(spans.begin(), spans.end(),
-            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < spans.size(); ++i)
-    if (spans[i]->begin < spans[i - 1]->end && spans[i]->begin != spans[i]->end)
-      fail(path, ": tensors '", spans[i - 1]->name, "' and '", spans[i]->name,
-           "' overlap in the data region");
+  data_ = static_cast<const char*>(map_) + h.data_offset;
+  tensors_ = std::move(h.tensors);
+  metadata_ = std::move(h.metadata);
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -24,6 +24,18 @@ struct TensorInfo {
   size_t end = 0;
 };
 
+// A safetensors image's header, checked as above against the image's size.
+struct SafetensorsHeader {
+  std::map<std::string, TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+  size_t data_offset = 0;  // where the data region starts: 8 + the header length
+};
+
+// Parses and checks the header of the `size` bytes at `bytes` (a whole file's image); throws
+// osprey::Error naming `path` and the tensor. Reads nothing past bytes + size.
+SafetensorsHeader parse_safetensors_header(const unsigned char* bytes, size_t size,
+                                           const std::string& path);
+
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);

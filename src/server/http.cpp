@@ -2,13 +2,16 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 
@@ -46,13 +49,36 @@ const char* reason(int status) {
 }
 }  // namespace
 
+// What the connections share with their server: the shutdown flag, the live connections (to
+// close the idle ones at shutdown) and the access log switch.
+struct ServerShared {
+  std::atomic<bool> closing{false};
+  bool log_requests = false;
+  std::mutex mu;
+  std::vector<std::weak_ptr<Connection>> connections;  // pruned as they expire
+  std::atomic<size_t> live{0};
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket s, const Handler& h, size_t max_body)
+  Connection(tcp::socket s, const Handler& h, size_t max_body, std::shared_ptr<ServerShared> sh)
       : socket_(std::move(s)),
         strand_(net::make_strand(socket_.get_executor())),
         handler_(h),
-        max_body_(max_body) {}
+        max_body_(max_body),
+        shared_(std::move(sh)) {
+    ++shared_->live;
+    beast::error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+  ~Connection() { --shared_->live; }
+
+  // Shutdown (on the strand): an idle connection closes now; a busy one after its response.
+  void close_if_idle() {
+    keep_alive_ = false;
+    if (!in_request_) close();
+  }
 
   void start() {
     net::dispatch(strand_, [self = shared_from_this()] { self->read(); });
@@ -72,6 +98,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_read(beast::error_code ec) {
     if (ec == http::error::body_limit) {
+      begin_request("?", "?");
       keep_alive_ = false;
       linger_ = true;  // the client may still be sending the body: read it away before closing
       send_full(413, "application/json",
@@ -88,7 +115,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     r.body = std::move(req.body());
     r.authorization = std::string(req[http::field::authorization]);
     r.content_type = std::string(req[http::field::content_type]);
-    keep_alive_ = req.keep_alive();
+    keep_alive_ = req.keep_alive() && !shared_->closing;
+    begin_request(r.method, r.path);
     responded_ = false;
     streaming_ = false;
     close_cb_ = nullptr;
@@ -106,6 +134,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send_full(int status, const std::string& type, std::string body) {
     if (responded_ || dead_) return;
     responded_ = true;
+    status_ = status;
+    if (shared_->closing) keep_alive_ = false;
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
     head += "Content-Type: " + type + "\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
@@ -119,6 +149,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (responded_ || dead_) return;
     responded_ = true;
     streaming_ = true;
+    status_ = status;
+    if (shared_->closing) keep_alive_ = false;
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\n";
     head +=
         "Content-Type: " + type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
@@ -148,10 +180,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
     close_cb_ = std::move(fn);
   }
 
+  void add_note(std::string note) {
+    if (!note_.empty()) note_ += ' ';
+    note_ += note;
+  }
+
   net::strand<net::any_io_executor>& strand() { return strand_; }
   bool dead() const { return dead_; }
 
  private:
+  void begin_request(std::string method, std::string path) {
+    in_request_ = true;
+    method_ = std::move(method);
+    path_ = std::move(path);
+    note_.clear();
+    status_ = 0;
+    t0_ = std::chrono::steady_clock::now();
+  }
+
+  // The request is over (response written, or the client left): its access line.
+  void end_request(const char* how) {
+    if (!in_request_) return;
+    in_request_ = false;
+    if (!shared_->log_requests) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    std::fprintf(stderr, "osprey: %s \"%s %s\" %d %.3f s%s%s%s\n", peer_.c_str(), method_.c_str(),
+                 path_.c_str(), status_, s, how, note_.empty() ? "" : " ", note_.c_str());
+  }
+
   void enqueue(std::string bytes) {
     queue_.push_back(std::move(bytes));
     if (!writing_) write_next();
@@ -177,7 +233,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void maybe_next() {
     if (!finished_ || writing_ || !queue_.empty() || dead_) return;
     finished_ = false;
-    if (keep_alive_) {
+    end_request("");
+    if (keep_alive_ && !shared_->closing) {
       socket_.cancel();  // stop the close watch; the read below takes over the socket
       read_pending_ = true;
       net::post(strand_, [self = shared_from_this()] {
@@ -234,6 +291,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close() {
     if (dead_) return;
     dead_ = true;
+    end_request(" (connection closed before the response ended)");
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
@@ -258,6 +316,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<net::steady_timer> linger_timer_;
   std::array<char, 4096> discard_;
   std::function<void()> close_cb_;
+  std::shared_ptr<ServerShared> shared_;
+  bool in_request_ = false;  // from a parsed request until its response is written
+  std::string peer_, method_, path_, note_;
+  int status_ = 0;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 void Responder::respond(int status, const std::string& content_type, std::string body) {
@@ -286,9 +349,17 @@ void Responder::post(std::function<void()> fn) {
 bool Responder::closed() const {
   return conn_->dead();
 }
+void Responder::annotate(std::string note) {
+  net::dispatch(conn_->strand(),
+                [c = conn_, n = std::move(note)]() mutable { c->add_note(std::move(n)); });
+}
 
 HttpServer::HttpServer(const HttpServerOptions& opts, Handler handler)
-    : opts_(opts), handler_(std::move(handler)), acceptor_(io_) {
+    : opts_(opts),
+      handler_(std::move(handler)),
+      shared_(std::make_shared<ServerShared>()),
+      acceptor_(net::make_strand(io_)) {  // accepts and the shutdown's close, serialised
+  shared_->log_requests = opts.log_requests;
   beast::error_code ec;
   const auto addr = net::ip::make_address(opts.host, ec);
   if (ec) fail("--host '", opts.host, "' is not an IP address");
@@ -312,9 +383,17 @@ void HttpServer::accept() {
       if (ec == net::error::operation_aborted) return;
     } else {
       s.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Connection>(std::move(s), handler_, opts_.max_body_bytes)->start();
+      auto c = std::make_shared<Connection>(std::move(s), handler_, opts_.max_body_bytes, shared_);
+      {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        auto& v = shared_->connections;
+        v.erase(std::remove_if(v.begin(), v.end(), [](const auto& w) { return w.expired(); }),
+                v.end());
+        v.push_back(c);
+      }
+      c->start();
     }
-    accept();
+    if (acceptor_.is_open()) accept();
   });
 }
 
@@ -325,8 +404,34 @@ void HttpServer::run() {
   threads_.clear();
 }
 
+void HttpServer::stop_accepting() {
+  std::promise<void> closed;
+  net::post(acceptor_.get_executor(), [this, &closed] {
+    beast::error_code ec;
+    acceptor_.close(ec);
+    closed.set_value();
+  });
+  closed.get_future().wait();
+}
+
+size_t HttpServer::close_connections(std::chrono::milliseconds grace) {
+  shared_->closing = true;
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (const auto& w : shared_->connections)
+      if (auto c = w.lock()) open.push_back(c);
+  }
+  for (auto& c : open) net::dispatch(c->strand(), [c] { c->close_if_idle(); });
+  open.clear();  // the connections' own operations keep them alive while they are busy
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (shared_->live > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return shared_->live;
+}
+
 void HttpServer::stop() {
-  net::post(io_, [this] {
+  net::post(acceptor_.get_executor(), [this] {
     beast::error_code ec;
     acceptor_.close(ec);
   });

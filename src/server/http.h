@@ -5,11 +5,17 @@
 //     events) that any thread may write to; writes are queued per connection, so a slow or stalled
 //     client only delays itself.
 //   - A client that goes away (EOF while we wait, or a failed write) triggers on_close, once.
+//   - Shutdown: stop_accepting() closes the listening socket; close_connections() answers every
+//     later request with "Connection: close", closes idle keep-alive connections and waits for the
+//     busy ones to finish writing.
+//   - With log_requests, one access line per request on stderr: peer, method, path, status,
+//     seconds, and what the handler added with annotate() (e.g. the request id and token counts).
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without including it
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +49,8 @@ class Responder {
   // Runs fn on the connection's strand (for work that must be ordered with the writes).
   void post(std::function<void()> fn);
   bool closed() const;
+  // Text appended to this request's access line (log_requests).
+  void annotate(std::string note);
 
  private:
   std::shared_ptr<Connection> conn_;
@@ -55,7 +63,10 @@ struct HttpServerOptions {
   int port = 8000;
   int io_threads = 2;
   size_t max_body_bytes = size_t(16) << 20;
+  bool log_requests = false;
 };
+
+struct ServerShared;  // what the connections share with the server (http.cpp)
 
 class HttpServer {
  public:
@@ -64,12 +75,18 @@ class HttpServer {
   int port() const { return port_; }  // the bound port (useful with port 0)
   void run();                         // serves until stop() (blocks)
   void stop();
+  // Shutdown, in this order (any thread): no new connections; then close the idle ones and
+  // wait up to `grace` for the others to finish their responses. Returns the connections still
+  // open after the wait.
+  void stop_accepting();
+  size_t close_connections(std::chrono::milliseconds grace);
 
  private:
   void accept();
 
   HttpServerOptions opts_;
   Handler handler_;
+  std::shared_ptr<ServerShared> shared_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   int port_ = 0;

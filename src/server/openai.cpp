@@ -1,6 +1,7 @@
 #include "server/openai.h"
 
 #include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "core/error.h"
@@ -9,6 +10,11 @@
 namespace osprey::server {
 
 using nlohmann::json;
+
+namespace {
+// Requests nest a few levels (messages[i].content[j].text); 64 leaves room for any real client.
+constexpr int kMaxJsonDepth = 64;
+}  // namespace
 
 std::string ApiError::type() const {
   switch (status) {
@@ -37,13 +43,24 @@ json parse_body(const std::string& body) {
   if (body.empty()) throw ApiError(400, "the request body is empty; send a JSON object");
   json j;
   try {
-    j = json::parse(body);
+    // Deeper nesting than any request needs is refused while parsing: nothing later (an error
+    // message that prints a value) has to walk a pathological tree.
+    j = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        throw ApiError(400, "the request body nests JSON deeper than " +
+                                std::to_string(kMaxJsonDepth) + " levels");
+      return true;
+    });
   } catch (const json::parse_error& e) {
     const std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
       throw ApiError(400,
                      "the request body is not valid UTF-8 (byte " + std::to_string(e.byte) + ")");
     throw ApiError(400, "the request body is not valid JSON: " + what);
+  } catch (const json::exception& e) {
+    // Not a syntax error but still no JSON value a request can hold, e.g. a number beyond the
+    // range of a double (1e999: out_of_range.406).
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
@@ -73,13 +90,36 @@ class Fields {
     if (!has(k)) return d;
     const json& v = at(k);
     if (!v.is_number_integer()) bad(k, "must be an integer");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+      bad(k, "must be an integer in [" + std::to_string(INT64_MIN) + ", " +
+                 std::to_string(INT64_MAX) + "], got " + v.dump());
     return v.get<int64_t>();
+  }
+  // An integer in [lo, hi]; the message gives the range and the value sent.
+  int64_t integer_in(const char* k, int64_t d, int64_t lo, int64_t hi) const {
+    const int64_t v = integer(k, d);
+    if (v < lo || v > hi)
+      bad(k, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                 "], got " + std::to_string(v));
+    return v;
   }
   double number(const char* k, double d) const {
     if (!has(k)) return d;
     const json& v = at(k);
     if (!v.is_number()) bad(k, "must be a number");
     return v.get<double>();
+  }
+  // A number in [lo, hi] (or (lo, hi] when lo_open), checked before it is narrowed to float.
+  float number_in(const char* k, double d, double lo, double hi, bool lo_open = false) const {
+    const double v = number(k, d);
+    if (!((lo_open ? v > lo : v >= lo) && v <= hi))
+      bad(k, "must be a number in " + std::string(lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) +
+                 "], got " + at(k).dump());
+    return float(v);
+  }
+  static std::string fmt(double x) {
+    json j = x;
+    return j.dump();
   }
   std::string string(const char* k, const std::string& d) const {
     if (!has(k)) return d;
@@ -110,7 +150,8 @@ const std::set<std::string> kCommon = {"model",
                                        "ignore_eos",
                                        "min_tokens",
                                        "stop_token_ids",
-                                       "skip_special_tokens"};
+                                       "skip_special_tokens",
+                                       "return_tokens_as_token_ids"};
 
 constexpr int kMaxN = 16;
 
@@ -122,29 +163,38 @@ void check_model(const Fields& f, const ServedModel& m, GenerationRequest& r) {
         "model");
 }
 
-// The sampling fields shared by both endpoints.
+// Bounds of the request fields beyond SamplingParams' own (named so a client can be told them).
+constexpr int64_t kMaxStopTokenIds = 64;  // stop_token_ids entries (vLLM has no limit; 64 is ample)
+constexpr int64_t kMaxTokenCount = int64_t(1) << 30;  // min_tokens: far past any context
+
+// The sampling fields shared by both endpoints. Each is checked here against its range, with the
+// value the client sent in the message (nothing is clamped); SamplingParams::validate checks the
+// combined ones (min_tokens ≤ max_tokens) after fit_length.
 SamplingParams sampling(const Fields& f, const ServedModel& m) {
+  const int vocab = m.bundle->model->config().vocab_size;
   SamplingParams p;
-  p.temperature = float(f.number("temperature", 1.0));
-  p.top_p = float(f.number("top_p", 1.0));
-  p.presence_penalty = float(f.number("presence_penalty", 0.0));
-  p.frequency_penalty = float(f.number("frequency_penalty", 0.0));
-  p.top_k = int(std::clamp<int64_t>(f.integer("top_k", 0), -2, 1 << 30));
-  if (p.top_k == -1) p.top_k = 0;  // vLLM: −1 disables
-  p.min_p = float(f.number("min_p", 0.0));
-  p.repetition_penalty = float(f.number("repetition_penalty", 1.0));
+  p.temperature = f.number_in("temperature", 1.0, 0.0, 2.0);
+  p.top_p = f.number_in("top_p", 1.0, 0.0, 1.0, /*lo_open=*/true);
+  p.presence_penalty = f.number_in("presence_penalty", 0.0, -2.0, 2.0);
+  p.frequency_penalty = f.number_in("frequency_penalty", 0.0, -2.0, 2.0);
+  p.min_p = f.number_in("min_p", 0.0, 0.0, 1.0);
+  p.repetition_penalty = f.number_in("repetition_penalty", 1.0, 0.0, 2.0, /*lo_open=*/true);
+  const int64_t top_k = f.integer("top_k", 0);
+  if (top_k < -1 || top_k > vocab)
+    f.bad("top_k", "must be -1 or 0 (off) or in [1, " + std::to_string(vocab) +
+                       "] (the vocabulary size), got " + std::to_string(top_k));
+  p.top_k = top_k == -1 ? 0 : int(top_k);  // vLLM: −1 disables
   p.ignore_eos = f.boolean("ignore_eos", false);
-  p.min_tokens = int(std::clamp<int64_t>(f.integer("min_tokens", 0), -1, 1 << 30));
-  if (f.has("seed")) {
-    const json& s = f.at("seed");
-    if (!s.is_number_integer()) f.bad("seed", "must be an integer");
-    p.seed = uint64_t(s.get<int64_t>());
-  }
+  p.min_tokens = int(f.integer_in("min_tokens", 0, 0, kMaxTokenCount));
+  if (f.has("seed")) p.seed = uint64_t(f.integer("seed", 0));  // any int64, as vLLM
   if (f.has("stop")) {
     const json& s = f.at("stop");
     if (s.is_string()) {
       p.stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
+      if (s.size() > SamplingParams::kMaxStopStrings)
+        f.bad("stop", "may hold at most " + std::to_string(SamplingParams::kMaxStopStrings) +
+                          " strings, got " + std::to_string(s.size()));
       for (const json& x : s) {
         if (!x.is_string()) f.bad("stop", "must be a string or a list of strings");
         p.stop.push_back(x.get<std::string>());
@@ -152,13 +202,26 @@ SamplingParams sampling(const Fields& f, const ServedModel& m) {
     } else {
       f.bad("stop", "must be a string or a list of strings");
     }
+    for (size_t i = 0; i < p.stop.size(); ++i)
+      if (p.stop[i].empty())
+        f.bad("stop", "holds an empty string (at index " + std::to_string(i) + ")");
   }
   if (f.has("stop_token_ids")) {
     const json& s = f.at("stop_token_ids");
     if (!s.is_array()) f.bad("stop_token_ids", "must be a list of token ids");
-    for (const json& x : s) {
+    if (int64_t(s.size()) > kMaxStopTokenIds)
+      f.bad("stop_token_ids", "may hold at most " + std::to_string(kMaxStopTokenIds) +
+                                  " ids, got " + std::to_string(s.size()));
+    for (size_t i = 0; i < s.size(); ++i) {
+      const json& x = s[i];
       if (!x.is_number_integer()) f.bad("stop_token_ids", "must be a list of token ids");
-      p.stop_token_ids.push_back(int32_t(std::clamp<int64_t>(x.get<int64_t>(), -1, 1 << 30)));
+      const bool in_vocab = x.is_number_unsigned()
+                                ? x.get<uint64_t>() < uint64_t(vocab)
+                                : x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab;
+      if (!in_vocab)
+        f.bad("stop_token_ids", "holds " + x.dump() + " (at index " + std::to_string(i) +
+                                    "), outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      p.stop_token_ids.push_back(int32_t(x.get<int64_t>()));
     }
   }
   if (f.has("logit_bias")) {
@@ -169,11 +232,11 @@ SamplingParams sampling(const Fields& f, const ServedModel& m) {
   if (f.has("user")) (void)f.string("user", "");
   if (f.has("skip_special_tokens") && !f.boolean("skip_special_tokens", true))
     f.bad("skip_special_tokens", "false is not supported (special tokens are always skipped)");
-  (void)m;
   return p;
 }
 
 void stream_fields(const Fields& f, GenerationRequest& r) {
+  r.return_tokens_as_token_ids = f.boolean("return_tokens_as_token_ids", false);
   r.stream = f.boolean("stream", false);
   if (f.has("stream_options")) {
     const json& so = f.at("stream_options");
@@ -192,7 +255,8 @@ void stream_fields(const Fields& f, GenerationRequest& r) {
 
 int n_choices(const Fields& f) {
   const int64_t n = f.integer("n", 1);
-  if (n < 1 || n > kMaxN) f.bad("n", "must be between 1 and " + std::to_string(kMaxN));
+  if (n < 1 || n > kMaxN)
+    f.bad("n", "must be between 1 and " + std::to_string(kMaxN) + ", got " + std::to_string(n));
   if (f.has("best_of") && f.integer("best_of", n) != n)
     f.bad("best_of", "must equal n (no beam search)");
   return int(n);
@@ -215,10 +279,12 @@ void fit_length(Choice& c, const Fields& f, const char* key, int64_t dflt, const
   if (f.has(key)) {
     max_tokens = f.integer(key, 0);
     if (max_tokens < 1) f.bad(key, "must be at least 1, got " + std::to_string(max_tokens));
-    if (plen + max_tokens > m.max_model_len)
+    if (max_tokens > m.max_model_len - plen)  // (plen + max_tokens could overflow)
       throw ApiError(400,
                      "This model's maximum context length is " + std::to_string(m.max_model_len) +
-                         " tokens. However, you requested " + std::to_string(plen + max_tokens) +
+                         " tokens. However, you requested " +
+                         (max_tokens > INT32_MAX ? "more than " + std::to_string(INT32_MAX)
+                                                 : std::to_string(plen + max_tokens)) +
                          " tokens (" + std::to_string(plen) + " in the " +
                          (chat ? "messages" : "prompt") + ", " + std::to_string(max_tokens) +
                          " in the completion). Please reduce the length.",
@@ -292,7 +358,8 @@ GenerationRequest parse_completion_request(const json& body, const ServedModel& 
   if (f.has("logprobs")) {
     const int64_t lp = f.integer("logprobs", 0);
     if (lp < 0 || lp > SamplingParams::kMaxLogprobs)
-      f.bad("logprobs", "must be between 0 and " + std::to_string(SamplingParams::kMaxLogprobs));
+      f.bad("logprobs", "must be between 0 and " + std::to_string(SamplingParams::kMaxLogprobs) +
+                            ", got " + std::to_string(lp));
     r.logprobs = int(lp);
   }
   if (!f.has("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
@@ -351,8 +418,9 @@ GenerationRequest parse_chat_request(const json& body, const ServedModel& m,
   if (f.has("top_logprobs")) {
     const int64_t t = f.integer("top_logprobs", 0);
     if (t < 0 || t > SamplingParams::kMaxLogprobs)
-      f.bad("top_logprobs",
-            "must be between 0 and " + std::to_string(SamplingParams::kMaxLogprobs));
+      f.bad("top_logprobs", "must be between 0 and " +
+                                std::to_string(SamplingParams::kMaxLogprobs) + ", got " +
+                                std::to_string(t));
     if (!lp) f.bad("top_logprobs", "requires 'logprobs' to be true");
     r.logprobs = int(t);
   } else if (lp) {

@@ -48,6 +48,9 @@ struct GenerationRequest {
   bool include_usage = false;
   bool echo = false;
   int logprobs = -1;  // top alternatives per token; −1: none
+  // vLLM's extension: logprobs name tokens "token_id:<id>" instead of their text (for models
+  // without a tokenizer, and for comparing token sequences exactly).
+  bool return_tokens_as_token_ids = false;
   std::string model;
   std::vector<Choice> choices;    // the choice index is the position here
   ChatOutputOptions chat_output;  // chat: the parsers that read each choice's text

@@ -2,9 +2,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "core/error.h"
+#include "server/auth.h"
 
 namespace osprey::server {
 
@@ -45,12 +49,34 @@ const char* finish_name(FinishReason r) {
   }
 }
 
+}  // namespace
+
+class Job;
+
+// The generation requests in flight, for shutdown: each Job registers once started and leaves when
+// it has answered.
+struct OpenAIServer::InFlight {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<const Job*, std::weak_ptr<Job>> jobs;
+  void add(const std::shared_ptr<Job>& j) {
+    std::lock_guard<std::mutex> lock(mu);
+    jobs[j.get()] = j;
+  }
+  void remove(const Job* j) {
+    std::lock_guard<std::mutex> lock(mu);
+    jobs.erase(j);
+    cv.notify_all();
+  }
+};
+
 // One HTTP generation request: its engine requests (one per choice) and what they produced.
 class Job : public std::enable_shared_from_this<Job> {
  public:
   Job(GenerationRequest req, std::shared_ptr<Responder> res, AsyncEngine& engine, Metrics& metrics,
-      const ModelBundle& bundle)
-      : req_(std::move(req)),
+      const ModelBundle& bundle, std::shared_ptr<OpenAIServer::InFlight> in_flight)
+      : in_flight_(std::move(in_flight)),
+        req_(std::move(req)),
         res_(std::move(res)),
         engine_(engine),
         metrics_(metrics),
@@ -76,6 +102,7 @@ class Job : public std::enable_shared_from_this<Job> {
     }
     if (req_.stream) res_->start_stream(200, "text/event-stream");
     auto self = shared_from_this();
+    in_flight_->add(self);
     res_->on_close([self] { self->abort_all(); });
     for (auto& s : streams_) {
       std::weak_ptr<Job> weak = self;
@@ -85,6 +112,28 @@ class Job : public std::enable_shared_from_this<Job> {
     }
     schedule_drain();  // outputs may have arrived before the notifiers were set
   }
+
+  // Shutdown after the drain timeout (on the connection's strand): the engine requests are aborted
+  // and the client told why: a stream gets an error event and [DONE], a plain request a 503.
+  void shutdown_abort() {
+    if (done_) return;
+    aborted_ = true;
+    for (auto& s : streams_) engine_.abort(s->id());
+    const ApiError e(503,
+                     "the server is shutting down: the request was aborted at the end of the "
+                     "drain timeout (--shutdown-timeout)");
+    if (req_.stream) {
+      res_->write("data: " + e.json() + "\n\n");
+      res_->write("data: [DONE]\n\n");
+      res_->end();
+    } else {
+      res_->respond(503, "application/json", e.json());
+    }
+    res_->annotate("aborted_by_shutdown");
+    metrics_.request_failed();
+    finish();
+  }
+  std::shared_ptr<Responder> responder() const { return res_; }
 
  private:
   struct State {
@@ -158,6 +207,7 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   std::string token_text(int32_t id) const {
+    if (req_.return_tokens_as_token_ids) return "token_id:" + std::to_string(id);
     if (bundle_.tokenizer && bundle_.tokenizer->is_known(id))
       return std::string(bundle_.tokenizer->token_bytes(id));
     return "";
@@ -274,10 +324,11 @@ class Job : public std::enable_shared_from_this<Job> {
       if (s.finish != FinishReason::None) ++finished;
     }
     if (finished < streams_.size() || aborted_) {
-      if (finished == streams_.size()) done_ = true;
+      if (finished == streams_.size()) finish();
       return;
     }
-    done_ = true;
+    finish();
+    annotate_usage();
     if (req_.stream) {
       if (req_.include_usage)
         send_event({{"id", id_},
@@ -318,6 +369,24 @@ class Job : public std::enable_shared_from_this<Job> {
                         {"usage", usage()}}));
   }
 
+  void finish() {
+    done_ = true;
+    in_flight_->remove(this);
+  }
+
+  void annotate_usage() {
+    std::string finish;
+    for (const State& st : state_) {
+      if (!finish.empty()) finish += ',';
+      finish += finish_name(st.finish) ? finish_name(st.finish) : "none";
+    }
+    const json u = usage();
+    res_->annotate("id=" + id_ + " prompt_tokens=" + std::to_string(u["prompt_tokens"].get<int>()) +
+                   " completion_tokens=" + std::to_string(u["completion_tokens"].get<int>()) +
+                   " finish=" + finish);
+  }
+
+  std::shared_ptr<OpenAIServer::InFlight> in_flight_;
   GenerationRequest req_;
   std::shared_ptr<Responder> res_;
   AsyncEngine& engine_;
@@ -332,16 +401,43 @@ class Job : public std::enable_shared_from_this<Job> {
   bool done_ = false, aborted_ = false;
 };
 
-}  // namespace
-
 OpenAIServer::OpenAIServer(const ModelBundle& bundle, AsyncEngine& engine, Metrics& metrics,
                            ServerOptions opts)
-    : bundle_(bundle), engine_(engine), metrics_(metrics), opts_(std::move(opts)) {
+    : bundle_(bundle),
+      engine_(engine),
+      metrics_(metrics),
+      opts_(std::move(opts)),
+      in_flight_(std::make_shared<InFlight>()) {
   served_.name = opts_.served_model_name;
   served_.bundle = &bundle_;
   served_.max_model_len = engine_.max_model_len();
   served_.tool_call_parser = opts_.tool_call_parser;
   served_.reasoning_parser = opts_.reasoning_parser;
+}
+
+void OpenAIServer::begin_shutdown() {
+  shutting_down_ = true;
+}
+
+size_t OpenAIServer::in_flight() const {
+  std::lock_guard<std::mutex> lock(in_flight_->mu);
+  return in_flight_->jobs.size();
+}
+
+size_t OpenAIServer::wait_idle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(in_flight_->mu);
+  in_flight_->cv.wait_until(lock, deadline, [&] { return in_flight_->jobs.empty(); });
+  return in_flight_->jobs.size();
+}
+
+void OpenAIServer::abort_in_flight() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(in_flight_->mu);
+    for (const auto& [p, w] : in_flight_->jobs)
+      if (auto j = w.lock()) jobs.push_back(j);
+  }
+  for (auto& j : jobs) j->responder()->post([j] { j->shutdown_abort(); });
 }
 
 void OpenAIServer::error(std::shared_ptr<Responder> res, const ApiError& e) {
@@ -352,7 +448,7 @@ void OpenAIServer::error(std::shared_ptr<Responder> res, const ApiError& e) {
 void OpenAIServer::handle(const HttpRequest& req, std::shared_ptr<Responder> res) {
   try {
     const bool v1 = req.path.rfind("/v1/", 0) == 0;
-    if (v1 && !opts_.api_key.empty() && req.authorization != "Bearer " + opts_.api_key)
+    if (v1 && !opts_.api_key.empty() && !bearer_matches(req.authorization, opts_.api_key))
       throw ApiError(401, req.authorization.empty()
                               ? "missing API key: send 'Authorization: Bearer <key>'"
                               : "incorrect API key provided");
@@ -397,13 +493,14 @@ void OpenAIServer::models(std::shared_ptr<Responder> res) {
 }
 
 void OpenAIServer::generate(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat) {
+  if (shutting_down_) throw ApiError(503, "the server is shutting down and takes no new requests");
   const json body = parse_body(req.body);
   GenerationRequest g =
       chat ? parse_chat_request(body, served_, &req.body) : parse_completion_request(body, served_);
   if (engine_.num_unfinished() + g.choices.size() > size_t(opts_.max_num_seqs) + opts_.max_queued)
     throw ApiError(503, "the server is at capacity (" + std::to_string(engine_.num_unfinished()) +
                             " requests queued or running); retry later");
-  auto job = std::make_shared<Job>(std::move(g), res, engine_, metrics_, bundle_);
+  auto job = std::make_shared<Job>(std::move(g), res, engine_, metrics_, bundle_, in_flight_);
   job->start();
 }
 

@@ -5,9 +5,17 @@
 // Errors are OpenAI error objects with their status: 400 invalid JSON or parameters (and a prompt
 // longer than max_model_len, with the lengths), 401 a missing or wrong API key, 404 an unknown
 // model or route, 405 a wrong method, 413 a body over the limit (refused before parsing, in the
-// HTTP layer), 503 when the queue is full. A client that disconnects aborts its requests.
+// HTTP layer), 503 when the queue is full or the server is shutting down. A client that
+// disconnects aborts its requests.
+//
+// Shutdown (SIGTERM / SIGINT in `osprey serve`): begin_shutdown() makes new generation requests
+// 503; wait_idle() waits for those in flight; abort_in_flight() ends the rest, a stream with a
+// final error event and [DONE], a plain request with a 503.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <string>
 
 #include "engine/async_engine.h"
@@ -33,6 +41,14 @@ class OpenAIServer {
                ServerOptions opts);
   void handle(const HttpRequest& req, std::shared_ptr<Responder> res);
 
+  void begin_shutdown();
+  // Generation requests still in flight; waits until there are none or the deadline passes.
+  size_t wait_idle(std::chrono::steady_clock::time_point deadline);
+  size_t in_flight() const;
+  void abort_in_flight();
+
+  struct InFlight;  // the live generation requests (openai_server.cpp)
+
  private:
   void generate(const HttpRequest& req, std::shared_ptr<Responder> res, bool chat);
   void models(std::shared_ptr<Responder> res);
@@ -45,6 +61,8 @@ class OpenAIServer {
   Metrics& metrics_;
   ServerOptions opts_;
   ServedModel served_;
+  std::shared_ptr<InFlight> in_flight_;
+  std::atomic<bool> shutting_down_{false};
 };
 
 }  // namespace osprey::server

@@ -209,6 +209,23 @@ TEST(Config, ErrorsNameTheField) {
   EXPECT_NE(error_of(json::array()).find("JSON object"), std::string::npos);
 }
 
+// Found by config_fuzz (corpus crash_float_dimension_overflows_int64): an integral float beyond
+// int64 was converted with int64_t(double), which is undefined; now it is refused by name.
+TEST(Config, IntegersBeyondInt64AreRefused) {
+  json j = v32_config();
+  j["intermediate_size"] = 3.84444e+38;
+  EXPECT_NE(error_of(j).find("'intermediate_size' must be an integer, got 3.84444e+38"),
+            std::string::npos)
+      << error_of(j);
+  j = v32_config();
+  j["hidden_size"] = json::parse("18446744073709551615");
+  EXPECT_NE(error_of(j).find("'hidden_size' is 18446744073709551615"), std::string::npos)
+      << error_of(j);
+  j = v32_config();
+  j["hidden_size"] = 256.0;  // an integral float is still an integer
+  EXPECT_EQ(ModelConfig::from_json(j, "x").hidden_size, 256);
+}
+
 TEST(Config, FromFileReportsBadJson) {
   const std::string path = ::testing::TempDir() + "/bad_config.json";
   FILE* f = std::fopen(path.c_str(), "w");

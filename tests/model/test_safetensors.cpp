@@ -117,6 +117,50 @@ TEST(Safetensors, HeadersThatLie) {
   EXPECT_MENTIONS(error_of([&] { SafetensorsFile f(tmp("absent.safetensors")); }), "cannot open");
 }
 
+// Shapes whose element counts overflow 64 bits, found by reasoning about the fuzz target's
+// property (numel × dtype size = the span): each is refused with the shape in the message instead
+// of wrapping around (an empty span used to pass for [2^32, 2^32, 0]-like shapes and a dimension
+// above 2^63 became negative).
+TEST(Safetensors, RefusesShapesThatOverflow) {
+  using osprey::parse_safetensors_header;
+  auto image = [](const std::string& header, size_t data_bytes = 0) {
+    std::string b(8, '\0');
+    for (int i = 0; i < 8; ++i) b[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    return b + header + std::string(data_bytes, '\0');
+  };
+  auto error = [&](const std::string& header, size_t data_bytes = 0) {
+    const std::string b = image(header, data_bytes);
+    return error_of([&] {
+      parse_safetensors_header(reinterpret_cast<const unsigned char*>(b.data()), b.size(), "x");
+    });
+  };
+  EXPECT_MENTIONS(error(R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 0],
+                                  "data_offsets": [0, 0]}})"),
+                  "'w'", "more than 2^62 elements");
+  EXPECT_MENTIONS(error(R"({"w": {"dtype": "F32", "shape": [9223372036854775808],
+                                  "data_offsets": [0, 0]}})"),
+                  "'w'", "more than 2^62 elements");
+  EXPECT_MENTIONS(error(R"({"w": {"dtype": "F32", "shape": [4611686018427387904],
+                                  "data_offsets": [0, 0]}})"),
+                  "'w'", "needs more than 2^64 bytes", "span 0");
+  EXPECT_MENTIONS(error(R"({"w": {"dtype": "F32", "shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],
+                                  "data_offsets": [0, 4]}})"),
+                  "'w'", "more than 16 dimensions");
+  // A zero dimension anywhere is an empty tensor: fine when its span is empty.
+  const std::string ok =
+      image(R"({"e": {"dtype": "BF16", "shape": [0, 1048576], "data_offsets": [0, 0]}})");
+  const auto h =
+      parse_safetensors_header(reinterpret_cast<const unsigned char*>(ok.data()), ok.size(), "ok");
+  EXPECT_EQ(h.tensors.at("e").shape, (osprey::Shape{0, 1048576}));
+  // An empty tensor between two overlapping ones: the earlier check compared neighbours only,
+  // so 'c' inside 'a' passed once an empty 'b' sat between them.
+  EXPECT_MENTIONS(error(R"({"a": {"dtype": "U8", "shape": [100], "data_offsets": [0, 100]},
+                            "b": {"dtype": "U8", "shape": [0], "data_offsets": [10, 10]},
+                            "c": {"dtype": "U8", "shape": [10], "data_offsets": [30, 40]}})",
+                        100),
+                  "'a'", "'c'", "overlap");
+}
+
 TEST(Safetensors, ShardedCheckpoint) {
   const std::string dir = tmp("sharded");
   fs::create_directories(dir);

@@ -6,6 +6,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$u/health") == 200 ]] || fail "/health"
 models=$(curl -s "$u/v1/models")  # (no curl | grep -q: with pipefail, grep's early exit fails curl)
 [[ $models == *'"object":"list"'* ]] || fail "/v1/models: $models"
+# The bundled model is served under its folder's name, not its path.
+[[ $models == *'"id":"osprey-arith"'* ]] || fail "/v1/models: the bundled model's id is not osprey-arith: $models"
 out=$(curl -s "$u/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "Ann has 2 apples", "max_tokens": 5, "temperature": 0}')
 echo "$out" | grep -q '"object":"text_completion"' || fail "completion: $out"
 echo "$out" | grep -q '"completion_tokens":' || fail "completion usage: $out"

@@ -17,7 +17,8 @@ using Ids = std::vector<TokenId>;
 
 Tokenizer byte_tokens() {
   TinySpec spec;
-  spec.added_tokens = {added_token(300, "<eos>")};
+  // json::array: a braced list of one json is a copy under clang, an array under gcc.
+  spec.added_tokens = nlohmann::json::array({added_token(300, "<eos>")});
   return Tokenizer::from_json(tiny_tokenizer(spec).dump());
 }
 
