@@ -16,7 +16,7 @@ Tensor on_host(Tensor t, std::vector<Buffer>& keep) {
 }
 }  // namespace
 
-DpBatch::DpBatch(const ForwardBatch& full, int rank, int world) : rank_(rank), world_(world) {
+DpBatch::DpBatch(const ForwardBatch& full, int rank, int world) : world_(world) {
   std::vector<Buffer> keep;
   const AttentionMeta& a = full.attn;
   const int32_t* qsl = on_host(a.query_start_loc, keep).ptr<int32_t>();

@@ -23,7 +23,7 @@ class DpBatch {
   void gather_logits(dist::Communicator& comm, Tensor local, Tensor logits, Workspace& ws) const;
 
  private:
-  int rank_, world_;
+  int world_;
   int64_t full_logits_ = 0;
   std::vector<int64_t> rows_per_rank_;  // [world] logits rows of each rank
   std::vector<int32_t> source_row_;     // [full n_logits] row in the gathered [world · max, V]
