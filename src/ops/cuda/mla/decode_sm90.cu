@@ -101,19 +101,6 @@ struct Params {
   int n_tokens;
 };
 
-// Largest t with cum[t] ≤ w (cum ascending, cum[0] = 0 ≤ w < cum[n]).
-__device__ __forceinline__ int token_of_block(const int32_t* cum, int n, int32_t w) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cum[mid] <= w)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 // Attended entries of token t: L_t as in the plan.
 template <bool kSparse>
 __device__ __forceinline__ int entries_of(const Params& a, int64_t p) {
@@ -205,7 +192,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     hw::mbar_init_fence();
   }
   __syncthreads();
-  const int t_first = token_of_block(a.cum, a.n_tokens, w0);
+  // The part's first token: the largest t with cum[t] ≤ w0 (the search seq_of_token does).
+  const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
 
   if (tid >= kConsumerThreads) {  // ---- producer warpgroup ----
     hw::regs_dealloc<kProducerRegs>();
@@ -443,6 +431,13 @@ bool device_is_sm90() {
   return ok != 0;
 }
 
+// The calls the kernel serves, on a device it runs on: latent kv_lora 512 + rope 64, and H ≤ 64
+// or a multiple of 64. One predicate for the decode dispatch and the prefill path choice.
+bool sm90_serves(int64_t heads, int64_t kv_lora, int64_t rope) {
+  return g_sm90_enabled && device_is_sm90() && kv_lora == kLat && rope == kRope &&
+         (heads <= kHeadsPerCta || heads % kHeadsPerCta == 0);
+}
+
 int sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
@@ -492,15 +487,12 @@ bool set_mla_sm90_enabled(bool enabled) {
 }
 
 bool mla_absorbed_prefill_preferred(int64_t heads, int64_t kv_lora, int64_t rope, bool sparse) {
-  return sparse && g_sm90_enabled && device_is_sm90() && kv_lora == kLat && rope == kRope &&
-         (heads <= kHeadsPerCta || heads % kHeadsPerCta == 0);
+  return sparse && sm90_serves(heads, kv_lora, rope);
 }
 
 bool mla_decode_sm90_supported(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m) {
-  const int64_t H = q.size(1);
   const bool fp8 = cache.dtype == DType::U8;
-  return g_sm90_enabled && device_is_sm90() && q.size(2) == kWidth && out.size(2) == kLat &&
-         (H <= kHeadsPerCta || H % kHeadsPerCta == 0) && is_f32_or_bf16(q.dtype) &&
+  return sm90_serves(q.size(1), out.size(2), q.size(2) - out.size(2)) && is_f32_or_bf16(q.dtype) &&
          is_f32_or_bf16(out.dtype) &&
          (fp8 ? cache.size(-1) == kFp8Bytes
               : (cache.dtype == DType::BF16 && cache.size(-1) == kWidth)) &&
