@@ -83,6 +83,14 @@ inline double rel_l2(const Tensor& out, const Tensor& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// printf into a std::string (GCC 12 warns, falsely, on chains of std::string + to_string).
+template <typename... A>
+std::string strf(const char* f, A... a) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
+
 // Checks the error against the tolerance and prints one summary line (gpu_tests.sh collects them).
 inline void expect_close(const std::string& name, const Tensor& out, const Tensor& ref,
                          double tol) {
@@ -150,6 +158,24 @@ inline Batch make_batch(const std::vector<int>& ctx, const std::vector<int>& n_n
   b.dev = AttentionMeta{n_seqs,        n_tokens,        block_size,       b.d_qsl, b.d_seq_lens,
                         b.d_positions, b.d_block_table, b.d_slot_mapping, {}};
   return b;
+}
+
+// DSA top-k rows [n_tokens, k] I32 for a batch, as the indexer's contract lays them out: per token
+// min(k, p + 1) distinct attended positions ≤ p first (random order; with `repeats`, every fourth
+// entry repeats an earlier one), then −1 padding.
+inline Buffer random_topk(const Batch& b, int k, bool repeats = false) {
+  Buffer t(DType::I32, {b.host.n_tokens, k});
+  for (int i = 0; i < b.host.n_tokens; ++i) {
+    const int p = b.positions.ptr<int32_t>()[i];
+    std::vector<int32_t> js(size_t(p) + 1);
+    std::iota(js.begin(), js.end(), 0);
+    std::shuffle(js.begin(), js.end(), rng());
+    int32_t* row = t.ptr<int32_t>() + int64_t(i) * k;
+    for (int c = 0; c < k; ++c) row[c] = c <= p ? js[size_t(c)] : -1;
+    if (repeats)
+      for (int c = 3; c < k && c <= p; c += 4) row[c] = row[c / 2];
+  }
+  return t;
 }
 
 }  // namespace osprey::testing

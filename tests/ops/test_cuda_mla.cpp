@@ -18,19 +18,6 @@ constexpr int64_t H = 128, kNope = 128, kRopeDim = 64, kV = 128, kLora = 512, kW
 constexpr int kTopk = 2048;
 constexpr float kScale = 0.3f;  // larger than 192^-0.5 so that the softmax is peaked
 
-// Per token: k distinct attended positions ≤ p in random order, −1 padding when p + 1 < k.
-Buffer random_topk(const Batch& b, int k) {
-  Buffer t(DType::I32, {b.host.n_tokens, k});
-  for (int i = 0; i < b.host.n_tokens; ++i) {
-    const int p = b.positions.ptr<int32_t>()[i];
-    std::vector<int32_t> js(size_t(p) + 1);
-    std::iota(js.begin(), js.end(), 0);
-    std::shuffle(js.begin(), js.end(), rng());
-    for (int c = 0; c < k; ++c) t.ptr<int32_t>()[int64_t(i) * k + c] = c <= p ? js[size_t(c)] : -1;
-  }
-  return t;
-}
-
 TEST(CudaOps, MlaAbsorbUnabsorb) {
   OSPREY_REQUIRE_GPU();
   const int64_t n = 19;
@@ -113,14 +100,6 @@ TEST(CudaOps, MlaAttentionAbsorbedSparse) {
 // twin must write the CPU twin's bytes exactly (same tile amax, amax/448 scale, RNE e4m3, RNE bf16
 // rope) and read them the same way. Every slot first holds a quantized random row (tiles of varied
 // magnitude), so reads of rows this step did not write are checked too.
-
-// printf into a std::string (GCC 12 warns, falsely, on chains of std::string + to_string).
-template <typename... A>
-std::string strf(const char* f, A... a) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a...);
-  return buf;
-}
 
 // A random latent [n, kv_lora] whose 128-value tiles differ in magnitude (×0.5 .. ×3.5, and one
 // tile in 11 all zero: the FLT_MIN scale floor), and k_pe [n, rope].

@@ -21,30 +21,6 @@ using namespace testing;
 constexpr int64_t kLora = 512, kRope = 64, kWidth = 576;
 constexpr float kScale = 0.3f;  // larger than 192^-0.5 so that the softmax is peaked
 
-template <typename... A>
-std::string strf(const char* f, A... a) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, f, a...);
-  return buf;
-}
-
-// Per token: min(k, p + 1) attended positions ≤ p first (random order; with `repeats`, every
-// fourth entry repeats an earlier one), then −1 padding: the indexer's contract.
-Buffer topk_rows(const Batch& b, int k, bool repeats) {
-  Buffer t(DType::I32, {b.host.n_tokens, k});
-  for (int i = 0; i < b.host.n_tokens; ++i) {
-    const int p = b.positions.ptr<int32_t>()[i];
-    std::vector<int32_t> js(size_t(p) + 1);
-    std::iota(js.begin(), js.end(), 0);
-    std::shuffle(js.begin(), js.end(), rng());
-    int32_t* row = t.ptr<int32_t>() + int64_t(i) * k;
-    for (int c = 0; c < k; ++c) row[c] = c <= p ? js[size_t(c)] : -1;
-    if (repeats)
-      for (int c = 3; c < k && c <= p; c += 4) row[c] = row[c / 2];
-  }
-  return t;
-}
-
 // A cache with every slot holding a random row: BF16 values (as F32 for the CPU twin) or the FP8
 // format written by the CPU twin.
 Buffer random_cache(int64_t n_blocks, bool fp8) {
@@ -82,7 +58,7 @@ void run_case(const Case& c) {
   const bool sparse = c.topk > 0;
   Buffer cache = random_cache(b.n_blocks, c.fp8), q = rand_f32({n, H, kWidth});
   round_bf16(q);
-  Buffer topk = sparse ? topk_rows(b, c.topk, c.repeats) : Buffer();
+  Buffer topk = sparse ? random_topk(b, c.topk, c.repeats) : Buffer();
   Buffer ref(DType::F32, {n, H, kLora}), ref_lse(DType::F32, {n, H});
   ops::mla_attention_absorbed(ref, q, cache, b.host, sparse ? topk.view() : Tensor{}, kScale,
                               ref_lse);
@@ -164,7 +140,7 @@ TEST(CudaMlaSm90, PlanBuiltOncePerFingerprint) {
   OSPREY_REQUIRE_GPU();
   Batch b = make_batch({5000, 3000, 2500}, {1, 1, 1});
   Buffer cache = random_cache(b.n_blocks, true), q = rand_f32({3, 128, kWidth});
-  Buffer topk = topk_rows(b, 2048, false);
+  Buffer topk = random_topk(b, 2048, false);
   DeviceBuffer d_cache = upload(cache), dq = upload(q, DType::BF16),
                d_out = poisoned(DType::BF16, {3, 128, kLora}), d_topk = cuda::to_device(topk);
   AttentionMeta m = b.dev;
