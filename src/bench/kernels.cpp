@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/kernels_gemm.h"
 #include "core/error.h"
 
 #ifdef OSPREY_WITH_CUDA
@@ -252,16 +253,19 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
 
 void run_kernel_benchmark(const KernelOptions& o) {
   if (cuda::device_count() == 0) fail("osprey bench kernels: no CUDA device");
-  if (o.op != "mla")
+  if (o.op != "mla" && o.op != "gemm" && o.op != "moe")
     fail("osprey bench kernels: --op ", o.op,
-         " has no kernels yet (mla is the one op benchmarked alone; gemm, moe and indexer come "
-         "with their kernels)");
+         " has no kernels (mla, gemm and moe are benchmarked alone; indexer comes with its "
+         "kernel)");
   const double copy_gbs = ops::cuda::copy_bandwidth_gbs(size_t(4) << 30);
   const double bf16_tf = ops::cuda::bf16_gemm_tflops(8192);
   std::printf(
       "ceilings: device copy %.0f GB/s (read + write, 4 GiB), BF16 GEMM 8192^3 %.0f TFLOP/s\n",
       copy_gbs, bf16_tf);
-  run_mla(o, copy_gbs, bf16_tf);
+  if (o.op == "mla")
+    run_mla(o, copy_gbs, bf16_tf);
+  else
+    run_gemm_benchmarks(o, copy_gbs);
 }
 
 #endif

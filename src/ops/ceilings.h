@@ -23,5 +23,7 @@ double copy_bandwidth_gbs(size_t bytes);
 void memory_info(size_t* free_bytes, size_t* total_bytes);
 // BF16 matrix rate in TFLOP/s: n×n×n GEMM through cuBLASLt on random data; median of 20.
 double bf16_gemm_tflops(int n);
+// FP8 (e4m3) matrix rate in TFLOP/s: n×n×n through cuBLASLt, BF16 out; median of 20.
+double fp8_gemm_tflops(int n);
 
 }  // namespace osprey::ops::cuda

@@ -27,6 +27,13 @@ void linear(Tensor y, Tensor x, const LinearWeight& w);
 void dequantize(Tensor out_f32, const LinearWeight& w);
 // Rows [r0, r1) of W (F32, BF16, F16, or F8_E4M3 with its scales) as F32 into out [(r1 − r0), in].
 void dequantize_rows(float* out, const LinearWeight& w, int64_t r0, int64_t r1);
+// DeepSeek's W8A8 block-scaled arithmetic (the twin of the CUDA swap-AB FP8 kernel,
+// ops/cuda/gemm/fp8_swapab.cuh): x quantised per 1×128 group (s = amax/448, 1 for a zero group;
+// q = e4m3(x/s)), y[t, r] = Σ_g (Σ_{c∈g} q·W8) · (scale_inv[r/128, g] · s[t, g]).
+// y [n, out] F32, x [n, in] F32, W F8_E4M3 with in a multiple of 128.
+void linear_w8a8(Tensor y, Tensor x, const LinearWeight& w);
+// The quantisation alone: q [n, in] (the e4m3 values as F32), s [n, in/128].
+void quantize_act_rows(float* q, float* s, const float* x, int64_t n, int64_t in);
 }  // namespace cpu
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
@@ -35,9 +42,13 @@ void linear(Tensor y, Tensor x, const LinearWeight& w);
 void dequantize(Tensor out_bf16, const LinearWeight& w);
 // FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces
 // the dequantize + BF16 fallback), and which path the last FP8 linear took:
-// "cublasLt-fp8-blockscaled" or "dequant-bf16".
+// "swapab-fp8" (osprey's sm_90a kernel, few tokens), "cublasLt-fp8-blockscaled" or "dequant-bf16".
 void set_fp8_block_scaled(bool allow);
 const char* last_fp8_gemm_path();
+// FP8 weights with few tokens: whether osprey's sm_90a W8A8 weight-streaming kernel
+// (ops/cuda/gemm/fp8_swapab.cu) serves the dense linears (n ≤ 128) and the routed experts
+// (n ≤ 128 tokens); default true unless OSPREY_FP8_SWAPAB=0. Its CPU twin is cpu::linear_w8a8.
+void set_fp8_swapab(bool allow);
 }  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

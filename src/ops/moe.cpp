@@ -20,9 +20,9 @@ RouterParams RouterParams::from_config(const ModelConfig& c) {
   return p;
 }
 
-MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_experts) {
-  OSPREY_CHECK(n_experts > 0 && rows >= 0 && rows < (int64_t(1) << 31), "moe schedule: ", rows,
-               " rows, ", n_experts, " experts");
+MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_experts, int tile_rows) {
+  OSPREY_CHECK(n_experts > 0 && rows >= 0 && rows < (int64_t(1) << 31) && tile_rows >= 1,
+               "moe schedule: ", rows, " rows, ", n_experts, " experts, tiles of ", tile_rows);
   const size_t E = size_t(n_experts);
   MoeSchedule s;
   s.offsets.assign(E + 1, 0);
@@ -34,7 +34,7 @@ MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_exper
   for (size_t e = 0; e < E; ++e) {
     const int32_t count = s.offsets[e + 1];
     s.offsets[e + 1] += s.offsets[e];
-    s.tile_start[e + 1] = s.tile_start[e] + (count + kMoeTileRows - 1) / kMoeTileRows;
+    s.tile_start[e + 1] = s.tile_start[e] + (count + tile_rows - 1) / tile_rows;
   }
   // Stable counting sort: i ascending lands at its expert's next free row.
   std::vector<int32_t> next(s.offsets.begin(), s.offsets.end() - 1);  // [E]
@@ -45,10 +45,10 @@ MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_exper
     s.perm[size_t(r)] = int32_t(i);
     s.inv[size_t(i)] = r;
   }
-  s.tiles.resize(size_t(moe_max_tiles(rows, n_experts)));
+  s.tiles.resize(size_t(moe_max_tiles(rows, n_experts, tile_rows)));
   OSPREY_CHECK(int64_t(s.tile_start[E]) <= int64_t(s.tiles.size()), "moe tile bound");
   for (size_t j = 0; j < s.tiles.size(); ++j)
-    s.tiles[j] = moe_tile_at(int(j), s.tile_start.data(), s.offsets.data(), n_experts);
+    s.tiles[j] = moe_tile_at(int(j), s.tile_start.data(), s.offsets.data(), n_experts, tile_rows);
   return s;
 }
 

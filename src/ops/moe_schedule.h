@@ -42,13 +42,17 @@ struct alignas(16) MoeTile {
   int32_t pad;  // 16-byte entries: one vector load per block
 };
 
-OSPREY_HOST_DEVICE inline int64_t moe_max_tiles(int64_t rows, int64_t n_experts) {
-  return (rows + kMoeTileRows - 1) / kMoeTileRows + (rows < n_experts ? rows : n_experts);
+// BM = tile_rows: kMoeTileRows for the WMMA grouped GEMMs, kSwapAbMoeTileRows (16) for the FP8
+// decode path (ops/cuda/gemm/fp8_swapab.cuh); the bound below holds for any BM ≥ 1.
+OSPREY_HOST_DEVICE inline int64_t moe_max_tiles(int64_t rows, int64_t n_experts,
+                                                int64_t tile_rows = kMoeTileRows) {
+  return (rows + tile_rows - 1) / tile_rows + (rows < n_experts ? rows : n_experts);
 }
 
 // Tile j of the schedule, from tile_start [E + 1] and offsets [E + 1] (see above).
 OSPREY_HOST_DEVICE inline MoeTile moe_tile_at(int j, const int32_t* tile_start,
-                                              const int32_t* offsets, int n_experts) {
+                                              const int32_t* offsets, int n_experts,
+                                              int tile_rows = kMoeTileRows) {
   if (j >= tile_start[n_experts]) return MoeTile{-1, 0, 0, 0};
   int lo = 0, hi = n_experts - 1;  // the last e with tile_start[e] ≤ j: the expert that owns j
   while (lo < hi) {
@@ -58,9 +62,9 @@ OSPREY_HOST_DEVICE inline MoeTile moe_tile_at(int j, const int32_t* tile_start,
     else
       hi = mid - 1;
   }
-  const int row0 = offsets[lo] + (j - tile_start[lo]) * kMoeTileRows;
+  const int row0 = offsets[lo] + (j - tile_start[lo]) * tile_rows;
   const int end = offsets[lo + 1];
-  return MoeTile{lo, row0, row0 + kMoeTileRows < end ? row0 + kMoeTileRows : end, 0};
+  return MoeTile{lo, row0, row0 + tile_rows < end ? row0 + tile_rows : end, 0};
 }
 
 // The whole permutation and schedule, computed on the host (the reference the CUDA twin's
@@ -70,16 +74,17 @@ struct MoeSchedule {
   std::vector<int32_t> perm;        // [rows]
   std::vector<int32_t> inv;         // [rows]
   std::vector<int32_t> tile_start;  // [E + 1]
-  std::vector<MoeTile> tiles;       // [moe_max_tiles(rows, E)]
+  std::vector<MoeTile> tiles;       // [moe_max_tiles(rows, E, tile_rows)]
 };
-MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_experts);
+MoeSchedule moe_schedule_reference(const int32_t* ids, int64_t rows, int n_experts,
+                                   int tile_rows = kMoeTileRows);
 
 namespace ops::cuda {
 // The device computation of the above, one kernel (ops/cuda/moe_permute.cu), as moe_experts runs
 // it; exposed for the twin test. topk_ids [n_tokens, K] I32 on the device; outputs I32 device
-// tensors: perm [rows], inv [rows], offsets [E + 1], tiles [moe_max_tiles(rows, E), 4].
+// tensors: perm [rows], inv [rows], offsets [E + 1], tiles [moe_max_tiles(rows, E, tile_rows), 4].
 void moe_permute(Tensor perm, Tensor inv, Tensor offsets, Tensor tiles, Tensor topk_ids,
-                 int n_experts);
+                 int n_experts, int tile_rows = kMoeTileRows);
 }  // namespace ops::cuda
 
 }  // namespace osprey

@@ -98,8 +98,11 @@ TEST(CudaOps, LinearF32Router) {
   expect_close("linear F32 W router [64x7168]x[256]", download(y), ref, 1e-5);
 }
 
+// cuBLASLt's block-scaled path and the fallback, with osprey's swap-AB kernel (which would take
+// every n ≤ 128 here) off: test_cuda_fp8_gemm checks that one.
 void run_fp8(bool block_scaled) {
   ops::cuda::set_fp8_block_scaled(block_scaled);
+  ops::cuda::set_fp8_swapab(false);
   for (const Shape3& s : kShapes) {
     Fp8Weight f = random_fp8(s.out, s.in);
     DeviceBuffer dw = cuda::to_device(f.w), ds = cuda::to_device(f.scale);
@@ -129,6 +132,7 @@ void run_fp8(bool block_scaled) {
     }
   }
   ops::cuda::set_fp8_block_scaled(true);
+  ops::cuda::set_fp8_swapab(true);
 }
 
 TEST(CudaOps, LinearFp8BlockScaled) {

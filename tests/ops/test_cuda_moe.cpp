@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cuda_test_util.h"
+#include "ops/gemm.h"
 #include "ops/moe.h"
 #include "ops/moe_schedule.h"
 
@@ -294,13 +295,22 @@ TEST(CudaOps, MoeExpertsBf16RealWidths) {
   real_width_cases(DType::BF16);
 }
 
+// The WMMA grouped GEMMs with FP8 weights (W8A16): the decode path (osprey's W8A8 swap-AB kernel,
+// which takes n ≤ 128 when on) is off here and checked against its own twin in test_cuda_fp8_gemm.
+struct SwapAbOff {
+  SwapAbOff() { ops::cuda::set_fp8_swapab(false); }
+  ~SwapAbOff() { ops::cuda::set_fp8_swapab(true); }
+};
+
 TEST(CudaOps, MoeExpertsFp8RealWidths) {
   OSPREY_REQUIRE_GPU();
+  const SwapAbOff off;
   real_width_cases(DType::F8_E4M3);
 }
 
 TEST(CudaOps, MoeExperts256ExpertsV32Router) {
   OSPREY_REQUIRE_GPU();
+  const SwapAbOff off;
   const int64_t E = 256, D = 1024, I = 256, K = 8;
   const RouterParams v3{256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f};
   for (DType dt : {DType::BF16, DType::F8_E4M3}) {
@@ -318,6 +328,7 @@ TEST(CudaOps, MoeExperts256ExpertsV32Router) {
 
 TEST(CudaOps, MoeExpertsWidthsNotMultiplesOf128) {
   OSPREY_REQUIRE_GPU();
+  const SwapAbOff off;  // (D = 2048, I = 1408 would not take it; the others are not multiples)
   struct Shape3 {
     int64_t E, D, I, K;
   };
@@ -344,6 +355,7 @@ void sleep_on_stream(void* ms) {
 // host copy of the routing, or a re-upload of the table, would wait for the stream.
 TEST(CudaOps, MoeExpertsDoNotWaitForTheDevice) {
   OSPREY_REQUIRE_GPU();
+  const SwapAbOff off;
   const int64_t E = 32, D = 512, I = 128, K = 8, n = 64;
   const ExpertSet set(E, D, I, DType::F8_E4M3);
   Buffer x = rand_f32({n, D}), w = rand_f32({n, K}, 0.1f, 0.5f);

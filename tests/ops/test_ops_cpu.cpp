@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/storage.h"
 #include "core/tensor.h"
+#include "ops/gemm.h"
 #include "ops/indexer.h"
 #include "ops/moe.h"
 #include "ops/moe_schedule.h"
@@ -215,10 +216,11 @@ TEST(OpsCpu, MoeRouteNoauxTcKeepsOnlyTheBestGroups) {
 }
 
 // Checks the properties moe_schedule.h promises, computed here without the reference's code.
-void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what) {
+void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what,
+                        int tile_rows = kMoeTileRows) {
   SCOPED_TRACE(what);
   const int64_t rows = int64_t(ids.size());
-  const MoeSchedule s = moe_schedule_reference(ids.data(), rows, E);
+  const MoeSchedule s = moe_schedule_reference(ids.data(), rows, E, tile_rows);
   std::vector<int64_t> count(size_t(E), 0);
   for (int32_t e : ids) ++count[size_t(e)];
   ASSERT_EQ(s.offsets.size(), size_t(E) + 1);
@@ -228,7 +230,7 @@ void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what
   for (int e = 0; e < E; ++e) {
     EXPECT_EQ(s.offsets[size_t(e) + 1] - s.offsets[size_t(e)], count[size_t(e)]) << "expert " << e;
     EXPECT_EQ(s.tile_start[size_t(e)], real_tiles) << "expert " << e;
-    real_tiles += (count[size_t(e)] + kMoeTileRows - 1) / kMoeTileRows;
+    real_tiles += (count[size_t(e)] + tile_rows - 1) / tile_rows;
   }
   // perm: a permutation, sorted by expert, ascending i within an expert; inv its inverse.
   ASSERT_EQ(s.perm.size(), size_t(rows));
@@ -249,7 +251,7 @@ void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what
   // Tiles: the real ones first, in (expert, row) order, each within one expert and at most BM
   // rows, covering every sorted row once; then expert −1 up to the host's bound.
   ASSERT_EQ(int64_t(s.tiles.size()),
-            (rows + kMoeTileRows - 1) / kMoeTileRows + std::min<int64_t>(E, rows));
+            (rows + tile_rows - 1) / tile_rows + std::min<int64_t>(E, rows));
   EXPECT_LE(real_tiles, int64_t(s.tiles.size()));
   std::vector<int> covered(size_t(rows), 0);
   for (size_t j = 0; j < s.tiles.size(); ++j) {
@@ -261,7 +263,7 @@ void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what
     ASSERT_TRUE(t.expert >= 0 && t.expert < E) << "tile " << j;
     EXPECT_GE(t.row0, s.offsets[size_t(t.expert)]);
     EXPECT_LE(t.row1, s.offsets[size_t(t.expert) + 1]);
-    EXPECT_TRUE(t.row1 > t.row0 && t.row1 - t.row0 <= kMoeTileRows) << "tile " << j;
+    EXPECT_TRUE(t.row1 > t.row0 && t.row1 - t.row0 <= tile_rows) << "tile " << j;
     if (j > 0) {
       EXPECT_LE(s.tiles[j - 1].expert, t.expert);
       if (s.tiles[j - 1].expert == t.expert) {
@@ -302,6 +304,68 @@ TEST(OpsCpu, MoeSchedulePermutationAndTiles) {
   EXPECT_EQ(moe_max_tiles(0, 256), 0);
   EXPECT_EQ(moe_max_tiles(8, 256), 1 + 8);
   EXPECT_EQ(moe_max_tiles(40000, 256), 625 + 256);
+  // The FP8 decode path's 16-row tiles (ops/cuda/gemm/fp8_swapab.cuh).
+  check_moe_schedule(routed(64, 8, 256), 256, "64 tokens, 256 experts top-8, 16-row tiles", 16);
+  check_moe_schedule(skew, 16, "700 tokens skewed, 16-row tiles", 16);
+  check_moe_schedule(std::vector<int32_t>(130, 0), 1, "1 expert, 130 rows (9 tiles of 16)", 16);
+  EXPECT_EQ(moe_max_tiles(512, 256, 16), 32 + 256);
+  EXPECT_EQ(moe_max_tiles(8, 256, 16), 1 + 8);
+}
+
+TEST(OpsCpu, LinearW8A8IsDeepSeeksBlockScaledArithmetic) {
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int64_t n = 5, in = 384, out = 200;  // 3 groups; out not a multiple of 128
+  Buffer w(DType::F8_E4M3, {out, in}), sc(DType::F32, {2, 3});
+  for (int64_t i = 0; i < out * in; ++i) {
+    int v = byte(g);
+    if ((v & 0x7f) == 0x7f) v -= 1;  // no NaN
+    w.ptr<uint8_t>()[i] = uint8_t(v);
+  }
+  for (int i = 0; i < 6; ++i) sc.f32()[i] = 1e-3f * (1.0f + 0.25f * float(i));
+  const LinearWeight lw{w, sc};
+  // x whose 1×128 quantisation is exact: e4m3 values × 2^-3, each group's amax 448 × 2^-3.
+  Buffer xe(DType::F32, {n, in}), xr(DType::F32, {n, in});
+  for (int64_t i = 0; i < n * in; ++i) {
+    int v = byte(g);
+    if ((v & 0x7f) == 0x7f) v -= 1;
+    xe.f32()[i] = e4m3_to_f32(uint8_t(v)) / 8.0f;
+    xr.f32()[i] = u(g);
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t gi = 0; gi < 3; ++gi) xe.f32()[t * in + gi * 128 + 7] = 448.0f / 8.0f;
+  xr.f32()[1 * in + 128 + 3] = 0.0f;
+  for (int64_t c = 0; c < 128; ++c) xr.f32()[2 * in + c] = 0.0f;  // an all-zero group: scale 1
+  // The quantisation itself: the group's amax lands on ±448; a zero group has scale 1.
+  std::vector<float> q(size_t(n * in)), s(size_t(n * 3));
+  ops::cpu::quantize_act_rows(q.data(), s.data(), xe.f32(), n, in);
+  EXPECT_FLOAT_EQ(s[0], 448.0f / 8.0f / 448.0f);
+  EXPECT_FLOAT_EQ(q[7], 448.0f);
+  ops::cpu::quantize_act_rows(q.data(), s.data(), xr.f32(), n, in);
+  EXPECT_EQ(s[2 * 3 + 0], 1.0f);
+  EXPECT_EQ(q[size_t(2 * in + 5)], 0.0f);
+  // Exactly quantisable x: the same as the F32 product of the dequantised weight (no rounding
+  // but the F32 sums'). Random x: e4m3's 3 mantissa bits make it differ by ~1e-2 relative.
+  auto rel = [&](const Buffer& x) {
+    Buffer a(DType::F32, {n, out}), b(DType::F32, {n, out});
+    ops::cpu::linear_w8a8(a, x, lw);
+    ops::cpu::linear(b, x, lw);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n * out; ++i) {
+      num += double(a.f32()[i] - b.f32()[i]) * double(a.f32()[i] - b.f32()[i]);
+      den += double(b.f32()[i]) * double(b.f32()[i]);
+    }
+    return std::sqrt(num / den);
+  };
+  EXPECT_LT(rel(xe), 1e-5);
+  const double r = rel(xr);
+  EXPECT_GT(r, 3e-3) << "random x must be quantised to e4m3";
+  EXPECT_LT(r, 6e-2);
+  Buffer bad(DType::F32, {n, 200});
+  Buffer y(DType::F32, {n, out});
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(ops::cpu::linear_w8a8(y, bad, lw), "linear_w8a8: x \\[5, 200\\]");
 }
 
 TEST(OpsCpu, RopeLayoutsAreTheSameRotation) {

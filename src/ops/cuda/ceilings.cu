@@ -2,6 +2,7 @@
 //   copy_kernel: dst[i] = src[i] as 16-byte int4 loads/stores, grid-stride (132·8 blocks × 256);
 //   the copy ceiling is the faster of it and cudaMemcpyAsync device to device.
 //   bf16_gemm_tflops: cuBLASLt D = A·B, all BF16, F32 accumulation, uniform ±1 inputs.
+//   fp8_gemm_tflops: the same with e4m3 A and B (per-tensor scales 1), BF16 D.
 #include <algorithm>
 #include <vector>
 
@@ -91,6 +92,26 @@ double bf16_gemm_tflops(int n) {
   const Timing t = time_events(
       [&] {
         OSPREY_CHECK(lt_matmul(n, n, n, oa, ob, d, CUDA_R_16BF, n, 0, 1), "cuBLASLt BF16 GEMM");
+      },
+      3, 20);
+  OSPREY_CUDA_CHECK(cudaFree(a));
+  OSPREY_CUDA_CHECK(cudaFree(b));
+  OSPREY_CUDA_CHECK(cudaFree(d));
+  return 2.0 * double(n) * double(n) * double(n) / (t.median_ms * 1e-3) / 1e12;
+}
+
+double fp8_gemm_tflops(int n) {
+  const int64_t nn = int64_t(n) * n;
+  void *a = nullptr, *b = nullptr, *d = nullptr;
+  OSPREY_CUDA_CHECK(cudaMalloc(&a, size_t(nn)));
+  OSPREY_CUDA_CHECK(cudaMalloc(&b, size_t(nn)));
+  OSPREY_CUDA_CHECK(cudaMalloc(&d, size_t(nn) * sizeof(bf16)));
+  fill_uniform(Tensor{a, DType::F8_E4M3, {nn}, Device::CUDA}, 17, -1.0f, 1.0f);
+  fill_uniform(Tensor{b, DType::F8_E4M3, {nn}, Device::CUDA}, 19, -1.0f, 1.0f);
+  const LtOperand oa{a, CUDA_R_8F_E4M3, true, n}, ob{b, CUDA_R_8F_E4M3, false, n};
+  const Timing t = time_events(
+      [&] {
+        OSPREY_CHECK(lt_matmul(n, n, n, oa, ob, d, CUDA_R_16BF, n, 0, 1), "cuBLASLt FP8 GEMM");
       },
       3, 20);
   OSPREY_CUDA_CHECK(cudaFree(a));

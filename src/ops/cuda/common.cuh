@@ -12,10 +12,10 @@
 #include "core/error.h"
 #include "core/tensor.h"
 
-#define OSPREY_CUDA_CHECK(expr)                                                           \
-  do {                                                                                    \
-    const cudaError_t e_ = (expr);                                                        \
-    OSPREY_CHECK(e_ == cudaSuccess, #expr, ": ", cudaGetErrorString(e_));                 \
+#define OSPREY_CUDA_CHECK(expr)                                           \
+  do {                                                                    \
+    const cudaError_t e_ = (expr);                                        \
+    OSPREY_CHECK(e_ == cudaSuccess, #expr, ": ", cudaGetErrorString(e_)); \
   } while (0)
 // After every launch: a launch-configuration error fails here, at the launch site.
 #define OSPREY_CUDA_LAUNCH_CHECK() OSPREY_CUDA_CHECK(cudaGetLastError())
@@ -24,14 +24,22 @@ namespace osprey::ops::cuda {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(bf16 x) {
+  return __bfloat162float(x);
+}
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 // An e4m3 byte (OCP e4m3fn, as core/dtype.h) as F32, exact.
 __device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
@@ -67,7 +75,10 @@ __device__ __forceinline__ int seq_of_token(const int32_t* qsl, int n_seqs, int 
   int lo = 0, hi = n_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (qsl[mid] <= t) lo = mid; else hi = mid - 1;
+    if (qsl[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -77,35 +88,46 @@ __device__ __forceinline__ int seq_of_token(const int32_t* qsl, int n_seqs, int 
 inline void check_device(const Tensor& t, const char* op, const char* name) {
   OSPREY_CHECK(t.device == Device::CUDA, op, ": ", name, " is not a CUDA tensor");
 }
-inline bool is_f32_or_bf16(DType d) { return d == DType::F32 || d == DType::BF16; }
+inline bool is_f32_or_bf16(DType d) {
+  return d == DType::F32 || d == DType::BF16;
+}
 
 // Runs `body` with T = float or bf16 according to dtype (anything else fails).
-#define OSPREY_DISPATCH_FLOAT(dtype, T, ...)                                               \
-  do {                                                                                     \
-    if ((dtype) == ::osprey::DType::F32) {                                                 \
-      using T = float;                                                                     \
-      __VA_ARGS__;                                                                         \
-    } else if ((dtype) == ::osprey::DType::BF16) {                                         \
-      using T = ::osprey::ops::cuda::bf16;                                                 \
-      __VA_ARGS__;                                                                         \
-    } else {                                                                               \
-      OSPREY_CHECK(false, "dtype ", ::osprey::dtype_name(dtype), " is not F32 or BF16");   \
-    }                                                                                      \
+#define OSPREY_DISPATCH_FLOAT(dtype, T, ...)                                             \
+  do {                                                                                   \
+    if ((dtype) == ::osprey::DType::F32) {                                               \
+      using T = float;                                                                   \
+      __VA_ARGS__;                                                                       \
+    } else if ((dtype) == ::osprey::DType::BF16) {                                       \
+      using T = ::osprey::ops::cuda::bf16;                                               \
+      __VA_ARGS__;                                                                       \
+    } else {                                                                             \
+      OSPREY_CHECK(false, "dtype ", ::osprey::dtype_name(dtype), " is not F32 or BF16"); \
+    }                                                                                    \
   } while (0)
 
+// The current device is a Hopper sm_90 part (the sm_90a kernels run on it), and its SM count.
+bool device_is_sm90();
+int sm_count();
+
 // The stream every op runs on (the legacy default stream for now).
-inline cudaStream_t stream() { return nullptr; }
+inline cudaStream_t stream() {
+  return nullptr;
+}
 
 // Scratch memory: one grow-only device allocation per slot, reused across calls. Growing
 // synchronises the device (it frees the old allocation). Slots keep concurrent users apart.
 enum ScratchSlot : int {
-  kScratchGemmX,      // converted / quantized activations
-  kScratchGemmXScale, // per 1×128 activation scales
-  kScratchGemmW,      // dequantized weights (fallback path)
-  kScratchGemmY,      // GEMM output before conversion
+  kScratchGemmX,       // converted / quantized activations
+  kScratchGemmXScale,  // per 1×128 activation scales
+  kScratchGemmW,       // dequantized weights (fallback path)
+  kScratchGemmY,       // GEMM output before conversion
+  kScratchGemmSplit,   // split-K partial accumulators of the FP8 swap-AB GEMM
+  kScratchMoeX8,       // experts' input quantised to e4m3 [n, D] | scales [n, D/128]
+  kScratchMoeH8,       // experts' e4m3 silu(gate) ⊙ up [n·K, I] | scales [n·K, I/128]
   kScratchLtWorkspace,
-  kScratchAttnPartO,  // split-KV partial outputs
-  kScratchAttnPartML, // split-KV partial (max, sum)
+  kScratchAttnPartO,   // split-KV partial outputs
+  kScratchAttnPartML,  // split-KV partial (max, sum)
   kScratchIndexScores,
   kScratchGather,     // cumulative sequence starts
   kScratchMoeHidden,  // experts' silu(gate) ⊙ up [n·K, I] BF16

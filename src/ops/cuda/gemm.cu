@@ -7,14 +7,18 @@
 //     x is quantized by quantize_act_kernel per 1×128 group: s = amax/448, q = e4m3(x / s), scales
 //     stored [in/128, n] (n contiguous, cuBLASLt's VEC128 layout); then cuBLASLt's block-scaled FP8
 //     matmul (A scale mode BLK128x128_32F, B scale mode VEC128_32F, Hopper only).
-//     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this mode.
-//     If cuBLASLt refuses that mode (no algorithm), or the shape is outside the verified set (see
-//     fp8_block_scaled), the fallback dequantizes W to
-//     BF16 (dequant_kernel) and runs the BF16 GEMM. last_fp8_gemm_path() says which ran.
+//     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this
+//     mode. If cuBLASLt refuses that mode (no algorithm), or the shape is outside the verified set
+//     (see fp8_block_scaled), the fallback dequantizes W to BF16 (dequant_kernel) and runs the BF16
+//     GEMM. last_fp8_gemm_path() says which ran. Few tokens (n ≤ kSwapAbMaxTokens, K a multiple of
+//     128, on sm_90): osprey's own weight- streaming W8A8 kernel (gemm/fp8_swapab.cu) instead: x
+//     quantised per 1×128 (scales [n, K/128], row-major), y written directly in its dtype, no
+//     padding.
 // x, y: F32 or BF16.
 // Grids: quantize_act_kernel [n, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values a
 // lane); dequant_kernel grid-stride over W's elements.
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
 
 namespace osprey::ops::cuda {
@@ -23,7 +27,7 @@ namespace {
 bool g_allow_block_scaled = true;
 const char* g_last_path = "none";
 
-constexpr int kGroupsPerBlock = 8;  // warps per block in quantize_act_kernel
+constexpr int kGroupsPerBlock = 8;   // warps per block in quantize_act_kernel
 constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP8 matmul accepts
 
 template <typename T>
@@ -58,16 +62,21 @@ __global__ void dequant_kernel(bf16* __restrict__ out, const __nv_fp8_e4m3* __re
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    out[i] = __float2bfloat16_rn(float(w[i]) * scale_inv[(r / kFp8BlockSize) * cb + c / kFp8BlockSize]);
+    out[i] =
+        __float2bfloat16_rn(float(w[i]) * scale_inv[(r / kFp8BlockSize) * cb + c / kFp8BlockSize]);
   }
 }
 
 cudaDataType_t lt_type(DType d) {
   switch (d) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F8_E4M3: return CUDA_R_8F_E4M3;
-    default: OSPREY_CHECK(false, "no cuBLASLt type for ", dtype_name(d));
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F8_E4M3:
+      return CUDA_R_8F_E4M3;
+    default:
+      OSPREY_CHECK(false, "no cuBLASLt type for ", dtype_name(d));
   }
   return CUDA_R_32F;
 }
@@ -81,7 +90,8 @@ const void* x_as(Tensor x, DType want) {
 }
 
 // D = op(A)·B into y, trying y's dtype directly, else F32 scratch + conversion.
-void matmul_into(Tensor y, int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b) {
+void matmul_into(Tensor y, int64_t m, int64_t n, int64_t k, const LtOperand& a,
+                 const LtOperand& b) {
   if (lt_matmul(m, n, k, a, b, y.data, lt_type(y.dtype), m, 0, 1)) return;
   OSPREY_CHECK(y.dtype != DType::F32, "cuBLASLt has no algorithm for linear [", n, ", ", k, "] x [",
                m, ", ", k, "]ᵀ");
@@ -94,12 +104,12 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   const int64_t in = w.in(), out = w.out();
   // Only shapes like those where cuBLASLt 13.1's block-scaled mode gave right answers on the H200
   // (tests/ops test_cuda_gemm, 2026-11-29): in a multiple of 128 and at least 512 (the V3/V3.2
-  // projections: 512, 1536, 2048, 7168, 16384), out a multiple of 64 and at least 512. It returned wrong values,
-  // with no error, for [out 144, in 256] and [out 256, in 128], and the small test models' FP8
-  // linears (in 256 / 384) went wrong inside the model too; so did [out 256, in 768] (the bundled
-  // arithmetic model's MLP down projection: 400× off, and its FP8 accuracy fell from 99.7% to
-  // 98.2%). Every verified shape has out ≥ 512 as well: everything outside that class takes the
-  // dequantize + BF16 path.
+  // projections: 512, 1536, 2048, 7168, 16384), out a multiple of 64 and at least 512. It returned
+  // wrong values, with no error, for [out 144, in 256] and [out 256, in 128], and the small test
+  // models' FP8 linears (in 256 / 384) went wrong inside the model too; so did [out 256, in 768]
+  // (the bundled arithmetic model's MLP down projection: 400× off, and its FP8 accuracy fell
+  // from 99.7% to 98.2%). Every verified shape has out ≥ 512 as well: everything outside that class
+  // takes the dequantize + BF16 path.
   if (!g_allow_block_scaled || in % kFp8BlockSize != 0 || in < 4 * kFp8BlockSize ||
       out < 4 * kFp8BlockSize || out % 64 != 0)
     return false;
@@ -108,7 +118,8 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
   auto* q = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n_pad * in)));
   const int64_t n_groups = in / kFp8BlockSize;
-  auto* s = static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
+  auto* s =
+      static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
   if (n_pad != n) {
     OSPREY_CUDA_CHECK(cudaMemsetAsync(q + n * in, 0, size_t((n_pad - n) * in), stream()));
     OSPREY_CUDA_CHECK(cudaMemsetAsync(s, 0, size_t(n_groups * n_pad) * sizeof(float), stream()));
@@ -119,7 +130,12 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
         q, s, static_cast<const T*>(x.data), n_pad, in);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
-  LtOperand a{w.weight.data, CUDA_R_8F_E4M3, true, in, 0, w.scale_inv.f32(),
+  LtOperand a{w.weight.data,
+              CUDA_R_8F_E4M3,
+              true,
+              in,
+              0,
+              w.scale_inv.f32(),
               int(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F)};
   LtOperand b{q, CUDA_R_8F_E4M3, false, in, 0, s, int(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)};
   // D is y itself when no padding is needed, else a scratch [n_pad, out] whose first n rows are y.
@@ -150,8 +166,12 @@ void dequantize(Tensor out, const LinearWeight& w) {
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
-void set_fp8_block_scaled(bool allow) { g_allow_block_scaled = allow; }
-const char* last_fp8_gemm_path() { return g_last_path; }
+void set_fp8_block_scaled(bool allow) {
+  g_allow_block_scaled = allow;
+}
+const char* last_fp8_gemm_path() {
+  return g_last_path;
+}
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
   check_device(x, "linear", "x");
@@ -179,6 +199,16 @@ void linear(Tensor y, Tensor x, const LinearWeight& w) {
                        w.scale_inv.device == Device::CUDA,
                    "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
                    "]");
+      if (fp8_swapab_serves(n, out, in)) {
+        auto* q = static_cast<uint8_t*>(scratch(kScratchGemmX, size_t(n * in)));
+        auto* s = static_cast<float*>(
+            scratch(kScratchGemmXScale, size_t(n * (in / kFp8BlockSize)) * sizeof(float)));
+        launch_quantize_rows(q, s, x.data, x.dtype, n, in);
+        launch_fp8_swapab_linear(y.data, y.dtype, q, s, w.weight.ptr<uint8_t>(), w.scale_inv.f32(),
+                                 n, out, in);
+        g_last_path = "swapab-fp8";
+        return;
+      }
       if (fp8_block_scaled(y, x, w, n)) {
         g_last_path = "cublasLt-fp8-blockscaled";
         return;

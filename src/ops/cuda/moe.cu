@@ -17,6 +17,12 @@
 //   The experts' weight pointers reach the GEMMs through a device array [E] of MoeExpertPtrs,
 //   uploaded once per expert list (expert_table: keyed by the list's address, rebuilt only when a
 //   pointer changed; later calls compare pointers on the host and upload nothing).
+//   FP8 experts with few tokens (n ≤ kSwapAbMoeMaxTokens, D and I multiples of 128, sm_90): the
+//   decode path instead, W8A8 on osprey's weight-streaming kernel (gemm/fp8_swapab.cu), 5 launches:
+//   x quantised per 1×128 once (x8 [n, D], xs [n, D/128]); the permutation with 16-row tiles;
+//   gate/up with silu·mul and the 1×128 quantisation of h fused (h8 [n·K, I], hs [n·K, I/128]);
+//   down (y [n·K, D] F32); the same combine. Its CPU twin is the composition of
+//   ops::cpu::linear_w8a8 (gate, up, down) with silu·mul in F32 (tests/ops/test_cuda_fp8_gemm).
 //   x [n, D], out [n, D]: F32 or BF16. Experts: BF16 or F8_E4M3 + 128×128 scales, all of one
 //   dtype and shape, D and I multiples of 16 (moe_gemm.cu's preconditions); E ≤ 1024.
 #include <mutex>
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/cuda/moe_experts.cuh"
 #include "ops/moe.h"
 
@@ -31,6 +38,9 @@ namespace osprey::ops::cuda {
 
 namespace {
 constexpr int kMaxExperts = 1024;
+// Most tokens the FP8 decode path takes: past it the rows an expert gets fill the WMMA kernel's
+// 64-row tiles and the routed experts become compute-bound.
+constexpr int64_t kSwapAbMoeMaxTokens = 128;
 constexpr int kMaxTopk = 32;
 
 struct ArgMax {
@@ -228,6 +238,41 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
                                cudaMemcpyHostToDevice));
   return t.dev;
 }
+// The FP8 decode path of moe_experts (see the header): same permutation contract with 16-row
+// tiles, the swap-AB kernels, the same combine.
+void moe_experts_fp8_decode(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
+                            const MoeExpertPtrs* table, int64_t E, int64_t D, int64_t I) {
+  const int64_t n = x.size(0), K = topk_ids.size(1), rows = n * K;
+  const int64_t max_tiles = moe_max_tiles(rows, E, kSwapAbMoeTileRows);
+  const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles
+  auto* index = static_cast<int32_t*>(
+      scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
+  int32_t* perm = index;                                       // [rows] sorted row → t·K + slot
+  int32_t* inv = index + rows;                                 // [rows] t·K + slot → sorted row
+  int32_t* offsets = index + 2 * rows;                         // [E + 1]
+  auto* tiles = reinterpret_cast<MoeTile*>(index + tiles_at);  // [max_tiles]
+  const int64_t dg = D / kFp8BlockSize, ig = I / kFp8BlockSize;
+  const size_t x8_bytes = size_t(n * D + 15) / 16 * 16;
+  auto* x8 = static_cast<uint8_t*>(
+      scratch(kScratchMoeX8, x8_bytes + size_t(n * dg) * sizeof(float)));  // [n, D] e4m3
+  auto* xs = reinterpret_cast<float*>(x8 + x8_bytes);                      // [n, D/128]
+  const size_t h8_bytes = size_t(rows * I + 15) / 16 * 16;
+  auto* h8 = static_cast<uint8_t*>(
+      scratch(kScratchMoeH8, h8_bytes + size_t(rows * ig) * sizeof(float)));  // [rows, I] e4m3
+  auto* hs = reinterpret_cast<float*>(h8 + h8_bytes);                         // [rows, I/128]
+  auto* y =
+      static_cast<float*>(scratch(kScratchMoeY, size_t(rows * D) * sizeof(float)));  // [rows, D]
+  launch_quantize_rows(x8, xs, x.data, x.dtype, n, D);
+  launch_moe_permute(perm, inv, offsets, tiles, topk_ids.ptr<int32_t>(), int(rows), int(E),
+                     int(max_tiles), kSwapAbMoeTileRows);
+  launch_fp8_swapab_moe_gate_up(h8, hs, x8, xs, tiles, int(max_tiles), table, perm, int(K), D, I);
+  launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I);
+  OSPREY_DISPATCH_FLOAT(out.dtype, To, {
+    moe_combine_kernel<To><<<unsigned(n), 256, 0, stream()>>>(static_cast<To*>(out.data), y, inv,
+                                                              topk_weights.f32(), int(K), D);
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
 }  // namespace
 
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
@@ -277,6 +322,11 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
   DType weight_type = DType::BF16;
   int64_t I = 0;
   const MoeExpertPtrs* table = expert_table(experts, D, weight_type, I);
+  if (weight_type == DType::F8_E4M3 && fp8_swapab_enabled() && device_is_sm90() &&
+      n <= kSwapAbMoeMaxTokens && D % kFp8BlockSize == 0 && I % kFp8BlockSize == 0) {
+    moe_experts_fp8_decode(out, x, topk_ids, topk_weights, table, E, D, I);
+    return;
+  }
   const int64_t max_tiles = moe_max_tiles(rows, E);
   // One index allocation: perm [rows] | inv [rows] | offsets [E + 1] | pad | tiles [max_tiles].
   const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles

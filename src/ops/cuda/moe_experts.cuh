@@ -22,9 +22,10 @@ struct MoeExpertPtrs {
 };
 
 // moe_permute_kernel (one block): ids [rows] → perm [rows], inv [rows], offsets [E + 1],
-// tiles [max_tiles] (max_tiles = moe_max_tiles(rows, E)). 1 ≤ E ≤ 1024.
+// tiles [max_tiles] (max_tiles = moe_max_tiles(rows, E, tile_rows)). 1 ≤ E ≤ 1024.
 void launch_moe_permute(int32_t* perm, int32_t* inv, int32_t* offsets, MoeTile* tiles,
-                        const int32_t* ids, int rows, int n_experts, int max_tiles);
+                        const int32_t* ids, int rows, int n_experts, int max_tiles,
+                        int tile_rows = kMoeTileRows);
 
 // h [rows, I] BF16 = silu(xs · gateᵀ) ⊙ (xs · upᵀ), xs[r] = x[perm[r] / top_k] (x [n_tokens, D]
 // F32 or BF16), each tile with its expert's gate and up. weight_type BF16 or F8_E4M3.

@@ -56,7 +56,8 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
 __global__ void __launch_bounds__(kPermuteThreads)
     moe_permute_kernel(int32_t* __restrict__ perm, int32_t* __restrict__ inv,
                        int32_t* __restrict__ offsets, MoeTile* __restrict__ tiles,
-                       const int32_t* __restrict__ ids, int rows, int E, int max_tiles) {
+                       const int32_t* __restrict__ ids, int rows, int E, int max_tiles,
+                       int tile_rows) {
   __shared__ int32_t count[kMaxPermuteExperts];           // [E]
   __shared__ int32_t start[kMaxPermuteExperts + 1];       // [E + 1] offsets
   __shared__ int32_t tile_start[kMaxPermuteExperts + 1];  // [E + 1]
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   const int c = tid < E ? count[tid] : 0;
   const int row_begin = block_exclusive_scan(c, warp_sums, &total_rows);
   const int tile_begin =
-      block_exclusive_scan((c + kMoeTileRows - 1) / kMoeTileRows, warp_sums, &total_tiles);
+      block_exclusive_scan((c + tile_rows - 1) / tile_rows, warp_sums, &total_tiles);
   if (tid < E) {
     start[tid] = row_begin;
     cursor[tid] = row_begin;
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
   __syncthreads();
   for (int j = tid; j < max_tiles; j += kPermuteThreads)
-    tiles[j] = moe_tile_at(j, tile_start, start, E);
+    tiles[j] = moe_tile_at(j, tile_start, start, E, tile_rows);
   for (int base = 0; base < rows; base += kPermuteThreads) {
     const int i = base + tid;
     const bool valid = i < rows;
@@ -121,20 +122,20 @@ __global__ void __launch_bounds__(kPermuteThreads)
 }  // namespace
 
 void launch_moe_permute(int32_t* perm, int32_t* inv, int32_t* offsets, MoeTile* tiles,
-                        const int32_t* ids, int rows, int n_experts, int max_tiles) {
-  OSPREY_CHECK(n_experts >= 1 && n_experts <= kMaxPermuteExperts && rows >= 0 &&
-                   max_tiles == moe_max_tiles(rows, n_experts),
+                        const int32_t* ids, int rows, int n_experts, int max_tiles, int tile_rows) {
+  OSPREY_CHECK(n_experts >= 1 && n_experts <= kMaxPermuteExperts && rows >= 0 && tile_rows >= 1 &&
+                   max_tiles == moe_max_tiles(rows, n_experts, tile_rows),
                "moe_permute: ", rows, " rows, ", n_experts, " experts (at most ",
                kMaxPermuteExperts, "), ", max_tiles, " tiles");
   moe_permute_kernel<<<1, kPermuteThreads, 0, stream()>>>(perm, inv, offsets, tiles, ids, rows,
-                                                          n_experts, max_tiles);
+                                                          n_experts, max_tiles, tile_rows);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
 void moe_permute(Tensor perm, Tensor inv, Tensor offsets, Tensor tiles, Tensor topk_ids,
-                 int n_experts) {
+                 int n_experts, int tile_rows) {
   check_device(topk_ids, "moe_permute", "topk_ids");
-  const int64_t rows = topk_ids.numel(), max_tiles = moe_max_tiles(rows, n_experts);
+  const int64_t rows = topk_ids.numel(), max_tiles = moe_max_tiles(rows, n_experts, tile_rows);
   for (const Tensor* t : {&perm, &inv, &offsets, &tiles}) check_device(*t, "moe_permute", "output");
   OSPREY_CHECK(topk_ids.dtype == DType::I32 && perm.dtype == DType::I32 &&
                    inv.dtype == DType::I32 && offsets.dtype == DType::I32 &&
@@ -144,7 +145,7 @@ void moe_permute(Tensor perm, Tensor inv, Tensor offsets, Tensor tiles, Tensor t
                "moe_permute shapes");
   launch_moe_permute(perm.ptr<int32_t>(), inv.ptr<int32_t>(), offsets.ptr<int32_t>(),
                      static_cast<MoeTile*>(tiles.data), topk_ids.ptr<int32_t>(), int(rows),
-                     n_experts, int(max_tiles));
+                     n_experts, int(max_tiles), tile_rows);
 }
 
 }  // namespace osprey::ops::cuda

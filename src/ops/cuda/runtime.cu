@@ -37,7 +37,8 @@ void* scratch(ScratchSlot slot, size_t bytes) {
   if (a.ptr[slot]) OSPREY_CUDA_CHECK(cudaFree(a.ptr[slot]));
   bytes = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
   const cudaError_t e = cudaMalloc(&a.ptr[slot], bytes);
-  if (e != cudaSuccess) fail("out of GPU memory for ", bytes, " bytes of scratch: ", cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    fail("out of GPU memory for ", bytes, " bytes of scratch: ", cudaGetErrorString(e));
   a.size[slot] = bytes;
   return a.ptr[slot];
 }
@@ -61,32 +62,49 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   const cublasOperation_t ta = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
-  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+           "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+           "transb");
   if (a.scale_mode >= 0) {
     const auto mode = cublasLtMatmulMatrixScale_t(a.scale_mode);
-    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "a mode");
-    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale, sizeof(a.scale)), "a scale");
+    check_lt(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)),
+        "a mode");
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.scale,
+                                            sizeof(a.scale)),
+             "a scale");
   }
   if (b.scale_mode >= 0) {
     const auto mode = cublasLtMatmulMatrixScale_t(b.scale_mode);
-    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "b mode");
-    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale, sizeof(b.scale)), "b scale");
+    check_lt(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
+        "b mode");
+    check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b.scale,
+                                            sizeof(b.scale)),
+             "b scale");
   }
-  check_lt(cublasLtMatrixLayoutCreate(&la, a.type, a.trans ? k : m, a.trans ? m : k, a.ld), "layout a");
-  check_lt(cublasLtMatrixLayoutCreate(&lb, b.type, b.trans ? n : k, b.trans ? k : n, b.ld), "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&la, a.type, a.trans ? k : m, a.trans ? m : k, a.ld),
+           "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&lb, b.type, b.trans ? n : k, b.trans ? k : n, b.ld),
+           "layout b");
   check_lt(cublasLtMatrixLayoutCreate(&ld, d_type, m, n, ldd), "layout d");
   if (batch > 1) {
     const int32_t count = batch;
     for (auto [l, stride] : {std::pair{la, a.batch_stride}, std::pair{lb, b.batch_stride},
                              std::pair{ld, d_batch_stride}}) {
-      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch");
-      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "stride");
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                sizeof(count)),
+               "batch");
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                &stride, sizeof(stride)),
+               "stride");
     }
   }
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &kWorkspaceBytes, sizeof(kWorkspaceBytes)), "pref ws");
+                                                &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
+           "pref ws");
   cublasLtMatmulHeuristicResult_t heur = {};
   int found = 0;
   const cublasStatus_t hs =
@@ -94,8 +112,9 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   bool ran = false;
   if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
     const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t s = cublasLtMatmul(lt_handle(), op, &alpha, a.ptr, la, b.ptr, lb, &beta, d,
-                                            ld, d, ld, &heur.algo, workspace, kWorkspaceBytes, stream());
+    const cublasStatus_t s =
+        cublasLtMatmul(lt_handle(), op, &alpha, a.ptr, la, b.ptr, lb, &beta, d, ld, d, ld,
+                       &heur.algo, workspace, kWorkspaceBytes, stream());
     check_lt(s, "matmul");
     ran = true;
   }
@@ -117,10 +136,31 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
   const int threads = 256;
   const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65536));
   OSPREY_DISPATCH_FLOAT(dst_type, D, OSPREY_DISPATCH_FLOAT(src_type, S, {
-    convert_kernel<D, S><<<blocks, threads, 0, stream()>>>(static_cast<D*>(dst),
-                                                           static_cast<const S*>(src), n);
-  }));
+                          convert_kernel<D, S><<<blocks, threads, 0, stream()>>>(
+                              static_cast<D*>(dst), static_cast<const S*>(src), n);
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+bool device_is_sm90() {
+  static const int ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return major == 9 && minor == 0 ? 1 : 0;
+  }();
+  return ok != 0;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
+    OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
 }
 
 }  // namespace osprey::ops::cuda

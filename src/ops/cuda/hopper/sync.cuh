@@ -1,7 +1,8 @@
 // Hopper synchronisation and data-movement primitives: mbarriers (init, arrive, parity wait),
 // named barriers for a subset of the block's warps, the generic → async proxy fence (shared memory
-// written by ordinary stores that wgmma reads next), warpgroup register reallocation, and 16-byte
-// cp.async with zero fill. Each written once; every sm_90a kernel of osprey uses these.
+// written by ordinary stores that wgmma reads next), warpgroup register reallocation, and 16- and
+// 4-byte cp.async with zero fill, whose completion can arrive on an mbarrier. Each written once;
+// every sm_90a kernel of osprey uses these.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,19 @@ __device__ __forceinline__ void regs_alloc() {
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(src_bytes)
+               : "memory");
+}
+// 4-byte global → shared copy through L1 (scales); src_bytes = 0 writes 4 zero bytes.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// Arrives on the mbarrier once this thread's earlier cp.async copies have landed, without raising
+// the barrier's expected count (.noinc: the init count includes these arrivals). The thread goes
+// on at once: several stages' copies stay in flight.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
                : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() {

@@ -420,32 +420,11 @@ bool g_sm90_enabled = [] {
   return !(e && e[0] == '0');
 }();
 
-bool device_is_sm90() {
-  static const int ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0 ? 1 : 0;
-  }();
-  return ok != 0;
-}
-
 // The calls the kernel serves, on a device it runs on: latent kv_lora 512 + rope 64, and H ≤ 64
 // or a multiple of 64. One predicate for the decode dispatch and the prefill path choice.
 bool sm90_serves(int64_t heads, int64_t kv_lora, int64_t rope) {
   return g_sm90_enabled && device_is_sm90() && kv_lora == kLat && rope == kRope &&
          (heads <= kHeadsPerCta || heads % kHeadsPerCta == 0);
-}
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
-    OSPREY_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
 }
 
 template <typename Tq, typename To, bool kFp8, bool kSparse>

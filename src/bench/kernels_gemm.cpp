@@ -1,0 +1,195 @@
+// `osprey bench kernels --op gemm|moe`: the FP8 linear layers and the routed experts alone, on
+// DeepSeek-V3.2's shapes (kernels_gemm.h). CUDA only.
+#include "bench/kernels_gemm.h"
+
+#ifdef OSPREY_WITH_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/device_buffer.h"
+#include "core/error.h"
+#include "ops/ceilings.h"
+#include "ops/gemm.h"
+#include "ops/moe.h"
+#include "ops/tensor_ops.h"
+
+namespace osprey::bench {
+
+namespace {
+constexpr size_t kFlushBytes = size_t(512) << 20;  // > the 60 MB L2, written before every call
+
+struct Proj {
+  int64_t out, in;
+  const char* what;
+};
+// Every FP8 projection of V3/V3.2 at TP1.
+const Proj kProjs[] = {{1536, 7168, "q_a_proj"},
+                       {24576, 1536, "q_b_proj"},
+                       {576, 7168, "kv_a_proj"},
+                       {32768, 512, "kv_b_proj"},
+                       {7168, 16384, "o_proj"},
+                       {18432, 7168, "dense mlp gate"},
+                       {7168, 18432, "dense mlp down"},
+                       {2048, 7168, "shared expert gate"},
+                       {7168, 2048, "shared expert down"},
+                       {8192, 1536, "indexer wq_b"},
+                       {128, 7168, "indexer wk"}};
+
+double rel_l2_bf16(const Buffer& a, const Buffer& b) {
+  double num = 0, den = 0;
+  const bool a16 = a.dtype() == DType::BF16;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a16 ? bf16_to_f32(a.ptr<uint16_t>()[i]) : a.f32()[i];
+    const double y = a16 ? bf16_to_f32(b.ptr<uint16_t>()[i]) : b.f32()[i];
+    if (!std::isfinite(x)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// An FP8 weight on the device: random e4m3 and scales (never zeros).
+struct DevFp8 {
+  DeviceBuffer w, s;
+  LinearWeight lw() const { return {w, s}; }
+};
+DevFp8 make_fp8(int64_t out, int64_t in, uint64_t seed) {
+  DevFp8 f{DeviceBuffer(DType::F8_E4M3, {out, in}),
+           DeviceBuffer(DType::F32, {(out + 127) / 128, (in + 127) / 128})};
+  ops::cuda::fill_uniform(f.w, seed, -1.0f, 1.0f);
+  ops::cuda::fill_uniform(f.s, seed + 1, 0.5e-3f, 2e-3f);
+  return f;
+}
+
+void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
+  std::vector<int64_t> ms = {1, 16, 64, 128, 256, 4096, 16384};
+  if (o.quick) ms = {1, 64, 4096};
+  std::printf("\n%-19s %6s %6s %6s %-10s %9s %7s %6s %8s %6s %9s %7s %6s %8s %9s\n", "shape", "M",
+              "N", "K", "path", "time_us", "GB/s", "%copy", "TFLOP/s", "%fp8", "lt_us", "lt_GB/s",
+              "%copy", "lt_TF/s", "rel_diff");
+  uint64_t seed = o.seed * 1000;
+  for (const Proj& pr : kProjs) {
+    const DevFp8 w = make_fp8(pr.out, pr.in, seed += 10);
+    for (int64_t m : ms) {
+      if (o.quick && m > 64 && pr.out * pr.in < 7168 * 16384) continue;
+      DeviceBuffer x(DType::BF16, {m, pr.in}), y(DType::BF16, {m, pr.out}),
+          y_lt(DType::BF16, {m, pr.out});
+      ops::cuda::fill_uniform(x, seed + 5, -2.0f, 2.0f);
+      auto ours = [&] { ops::linear(y, x, w.lw()); };
+      ours();
+      const std::string path = ops::cuda::last_fp8_gemm_path();
+      const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes);
+      // cuBLASLt's block-scaled FP8 GEMM on the same call (osprey's kernel off).
+      ops::cuda::set_fp8_swapab(false);
+      auto lt = [&] { ops::linear(y_lt, x, w.lw()); };
+      lt();
+      const std::string lt_path = ops::cuda::last_fp8_gemm_path();
+      const ops::cuda::Timing tl = ops::cuda::time_events(lt, o.warmup, o.iters, kFlushBytes);
+      ops::cuda::set_fp8_swapab(true);
+      cuda::synchronize();
+      const double diff = rel_l2_bf16(cuda::to_host(y), cuda::to_host(y_lt));
+      // Both W8A8 (the same quantised x): they agree to the sums' order. Where cuBLASLt's
+      // block-scaled mode is not used (out < 512: the dequantise + BF16 fallback, W8A16) the
+      // activations' e4m3 rounding separates them (~3e-2).
+      const double max_diff = lt_path == "cublasLt-fp8-blockscaled" ? 2e-2 : 0.1;
+      const double bytes = double(pr.out) * double(pr.in) +
+                           double((pr.out + 127) / 128 * (pr.in / 128)) * 4 +
+                           double(m) * double(pr.in + pr.out) * 2;
+      const double flops = 2.0 * double(m) * double(pr.out) * double(pr.in);
+      const double s = t.median_ms * 1e-3, sl = tl.median_ms * 1e-3;
+      std::printf(
+          "%-19s %6lld %6lld %6lld %-10s %9.1f %7.0f %5.1f%% %8.1f %5.1f%% %9.1f %7.0f %5.1f%% "
+          "%8.1f %9.2e%s%s\n",
+          pr.what, static_cast<long long>(m), static_cast<long long>(pr.out),
+          static_cast<long long>(pr.in), path == "swapab-fp8" ? "swapab" : "cublasLt",
+          t.median_ms * 1e3, bytes / s / 1e9, 100 * bytes / s / 1e9 / copy_gbs, flops / s / 1e12,
+          100 * flops / s / 1e12 / fp8_tf, tl.median_ms * 1e3, bytes / sl / 1e9,
+          100 * bytes / sl / 1e9 / copy_gbs, flops / sl / 1e12, diff,
+          lt_path == "cublasLt-fp8-blockscaled" ? "" : (" (lt path: " + lt_path + ")").c_str(),
+          diff <= max_diff ? "" : "  CHECK FAILED");
+      OSPREY_CHECK(diff <= max_diff, pr.what, " M ", m,
+                   ": osprey's output differs from cuBLASLt's (", diff, ")");
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "(median of %d calls after %d warm-up, L2 flushed before each; x, y BF16 [M, K], [M, N]; "
+      "bytes = W (e4m3) + its scales + x + y; path = what osprey runs for the shape; lt = "
+      "cuBLASLt's block-scaled FP8 GEMM (activation quantisation included in both); rel_diff = "
+      "osprey vs cuBLASLt)\n",
+      o.iters, o.warmup);
+}
+
+void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
+  const int64_t E = 256, D = 7168, I = 2048, K = 8;
+  const RouterParams router{256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f};
+  std::vector<DevFp8> owned;
+  owned.reserve(size_t(3 * E));
+  std::vector<MlpWeights> experts;
+  uint64_t seed = o.seed * 7777;
+  for (int64_t e = 0; e < E; ++e) {
+    owned.push_back(make_fp8(I, D, seed += 10));
+    owned.push_back(make_fp8(I, D, seed += 10));
+    owned.push_back(make_fp8(D, I, seed += 10));
+    const size_t b = owned.size() - 3;
+    experts.push_back({owned[b].lw(), owned[b + 1].lw(), owned[b + 2].lw()});
+  }
+  std::vector<int64_t> ns = {1, 16, 64, 128, 5000};
+  if (o.quick) ns = {64, 5000};
+  std::printf("\n%-26s %6s %7s %10s %7s %6s %8s %6s %11s %8s %6s %9s\n",
+              "moe layer (256 x [2048x7168])", "tokens", "experts", "time_us", "GB/s", "%copy",
+              "TFLOP/s", "%fp8", "wmma_us", "GB/s", "%copy", "rel_diff");
+  for (int64_t n : ns) {
+    DeviceBuffer logits(DType::F32, {n, E}), bias(DType::F32, {E}), x(DType::BF16, {n, D});
+    ops::cuda::fill_uniform(logits, seed + 1, -4.0f, 4.0f);
+    ops::cuda::fill_uniform(bias, seed + 2, -0.1f, 0.1f);
+    ops::cuda::fill_uniform(x, seed + 3, -2.0f, 2.0f);
+    DeviceBuffer ids(DType::I32, {n, K}), wts(DType::F32, {n, K});
+    ops::moe_route(ids, wts, logits, bias, router);
+    DeviceBuffer out(DType::BF16, {n, D}), out_w(DType::BF16, {n, D});
+    cuda::synchronize();
+    Buffer h_ids = cuda::to_host(ids);
+    std::set<int32_t> touched(h_ids.ptr<int32_t>(), h_ids.ptr<int32_t>() + n * K);
+    const double wbytes = double(touched.size()) * 3.0 * double(I) * double(D);
+    const double bytes = wbytes + double(n) * double(D) * 4;
+    const double flops = 2.0 * double(n * K) * 3.0 * double(I) * double(D);
+    auto ours = [&] { ops::moe_experts(out, x, ids, wts, experts); };
+    const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes);
+    ops::cuda::set_fp8_swapab(false);
+    auto wmma = [&] { ops::moe_experts(out_w, x, ids, wts, experts); };
+    const ops::cuda::Timing tw = ops::cuda::time_events(wmma, o.warmup, o.iters, kFlushBytes);
+    ops::cuda::set_fp8_swapab(true);
+    cuda::synchronize();
+    const double diff = rel_l2_bf16(cuda::to_host(out), cuda::to_host(out_w));
+    const double s = t.median_ms * 1e-3, sw = tw.median_ms * 1e-3;
+    std::printf(
+        "%-26s %6lld %7zu %10.1f %7.0f %5.1f%% %8.1f %5.1f%% %11.1f %8.0f %5.1f%% %9.2e%s\n",
+        n <= 128 ? "decode (W8A8 swap-AB)" : "prefill (WMMA, W8A16)", static_cast<long long>(n),
+        touched.size(), t.median_ms * 1e3, bytes / s / 1e9, 100 * bytes / s / 1e9 / copy_gbs,
+        flops / s / 1e12, 100 * flops / s / 1e12 / fp8_tf, tw.median_ms * 1e3, bytes / sw / 1e9,
+        100 * bytes / sw / 1e9 / copy_gbs, diff, diff <= 0.1 ? "" : "  CHECK FAILED");
+    OSPREY_CHECK(diff <= 0.1, "moe n ", n, ": the two paths disagree (", diff, ")");
+    std::fflush(stdout);
+  }
+  std::printf(
+      "(V3.2's routed experts: 256 × gate/up/down e4m3 with 128×128 scales, top-8 of 8 groups by "
+      "its router on random logits; bytes = the touched experts' weights + x + out; wmma = the "
+      "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel; rel_diff = the two paths' "
+      "outputs (W8A8 vs W8A16 arithmetic); median of %d after %d warm-up, L2 flushed)\n",
+      o.iters, o.warmup);
+}
+}  // namespace
+
+void run_gemm_benchmarks(const KernelOptions& o, double copy_gbs) {
+  const double fp8_tf = ops::cuda::fp8_gemm_tflops(8192);
+  std::printf("ceiling: FP8 GEMM 8192^3 (cuBLASLt, per-tensor scales) %.0f TFLOP/s\n", fp8_tf);
+  if (o.op == "gemm") run_gemm(o, copy_gbs, fp8_tf);
+  if (o.op == "moe") run_moe(o, copy_gbs, fp8_tf);
+}
+
+}  // namespace osprey::bench
+#endif

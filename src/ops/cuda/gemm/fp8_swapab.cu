@@ -1,0 +1,546 @@
+// sm_90a FP8 weight-streaming GEMM, "swap AB": the weights are wgmma's A operand (64 weight rows a
+// warpgroup = the M side) and the few tokens its B operand (N = BN = 16, 32 or 64), so a decode
+// step's handful of tokens does not waste a 64-row tile and the kernel's time is the weights'
+// bytes. Arithmetic and the host interface: fp8_swapab.cuh (W8A8, 1×128 activation groups,
+// 128×128 weight blocks, promotion per group in F32 registers).
+//
+// Shapes: W8 [N, K] e4m3 row-major (the checkpoint's layout; K-major, as FP8 wgmma needs for A),
+//   scale_inv [ceil(N/128), K/128] F32; x8 [n_x, K] e4m3 (K-major B), xs [n_x, K/128] F32.
+// Modes:
+//   kDense:  y [n, N] F32/BF16; a block = (128-row block of W, BN-token tile, K split).
+//   kGateUp: a block = (128-row block of I, one tile of one expert's sorted rows); gate and up
+//            in one pass (two A tiles a stage), h = silu(g)·u in F32, quantised per 1×128 in the
+//            epilogue (the block holds all 128 columns of its group): h8 [rows, I], hs [rows,
+//            I/128].
+//   kDown:   y [rows, D] F32 = h8 · downᵀ; a block = (128-row block of D, one tile).
+// Block: 384 threads, 1 block an SM (the stages take ~200 KB of shared memory).
+//   Warpgroup 0, the producer: per 128-wide K group ("k-block") it waits for a free stage and
+//   issues 16-byte cp.async copies of the 128 weight rows (×2 for gate/up; rows past N zero-fill),
+//   the BN token rows (gathered through perm for gate/up; columns past the tile's rows zero-fill,
+//   their scale 0) and the scales, all into the 128-byte swizzled layout (hopper/wgmma.cuh: an
+//   e4m3 row of 128 values is one SW128 row), then cp.async.mbarrier.arrive.noinc on the stage's
+//   `full` barrier: the copies of up to kStages k-blocks are in flight at once.
+//   Warpgroups 1 and 2, the consumers, take weight rows [64·c, 64·c + 64) of the block: per
+//   k-block, 4 wgmma m64nBNk32 into a fresh F32 partial, then acc += partial · s_w · s_x[col]
+//   (the promotion: the tensor cores' FP8 accumulation never spans more than one group), then
+//   arrive on the stage's `empty` barrier.
+//   Split K (kDense only, for matrices with too few row blocks to fill the SMs): each split writes
+//   its accumulators to a workspace in register order, and the last split of a tile to arrive
+//   (a per-tile counter, reset by that block, so the buffer is never refilled) sums them in split
+//   order (deterministic) and stores y.
+// Preconditions (host-checked): K a multiple of 128; for the MoE modes D and I multiples of 128;
+//   16-byte aligned rows (K multiple of 16 follows); n ≥ 1.
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
+#include "ops/cuda/hopper/sync.cuh"
+
+namespace osprey::ops::cuda {
+
+namespace {
+namespace hw = hopper;
+
+constexpr int kGroup = 128;                 // K group = one scale column = one SW128 row of e4m3
+constexpr int kBM = 128;                    // weight rows a block: one scale row block
+constexpr int kWgRows = 64;                 // weight rows a consumer warpgroup (wgmma M)
+constexpr int kThreads = 384;               // producer warpgroup + 2 consumer warpgroups
+constexpr int kConsumers = 256;             // consumer threads
+constexpr int kATileBytes = kBM * kGroup;   // 16 KB: one weight tile [128 rows × 128 e4m3]
+constexpr int kMaxStages = 8;               // enough in flight to cover the DRAM latency (~1 µs at
+                                            // ~30 GB/s an SM is ~32 KB; 8 × 16 KB is 4× that)
+constexpr size_t kSmemBudget = 220 * 1024;  // of the 227 KB an sm_90 block may opt into
+constexpr int kSplitOverheadKb = 4;         // a block's pipeline fill, in k-blocks (split choice)
+constexpr int kMaxSplits = 32;
+
+enum Mode : int { kDense = 0, kGateUp = 1, kDown = 2 };
+
+template <int BN, int kMode>
+struct Layout {
+  static constexpr int kNW = kMode == kGateUp ? 2 : 1;  // weight tiles a stage
+  static constexpr int kBOff = kNW * kATileBytes;       // token tile [BN × 128 e4m3]
+  static constexpr int kSaOff = kBOff + BN * kGroup;    // token scales [BN] F32
+  static constexpr int kSwOff = kSaOff + BN * 4;        // weight scales [kNW] F32
+  static constexpr int kStageBytes = (kSwOff + kNW * 4 + 1023) / 1024 * 1024;
+  static constexpr int kStages = int(std::min<size_t>(kMaxStages, kSmemBudget / kStageBytes));
+  static constexpr int kBarOff = kStages * kStageBytes;      // full [kStages], empty [kStages]
+  static constexpr int kRedOff = kBarOff + 2 * kStages * 8;  // [8 warps][BN] F32 (gate/up), flag
+  static constexpr size_t kSmem = size_t(kRedOff) + 8 * BN * 4 + 16 + 1024;  // + align slack
+  static_assert(kStages >= 2);
+  static_assert(BN == 16 || BN == 32 || BN == 64);
+};
+
+struct Params {
+  const uint8_t* w8;             // kDense: [N, K]
+  const float* w_scale;          // kDense: [ceil(N/128), K/128]
+  const MoeExpertPtrs* experts;  // MoE: [E]
+  const MoeTile* tiles;          // MoE: [max_tiles]
+  const int32_t* perm;           // kGateUp: sorted row → t·top_k + slot
+  int top_k;
+  const uint8_t* x8;  // [n_x, K]
+  const float* xs;    // [n_x, K/128]
+  int64_t n;          // kDense: tokens
+  int64_t N, K;
+  void* y;        // kDense [n, N] F32/BF16; kDown [rows, N] F32
+  uint8_t* h8;    // kGateUp [rows, N]
+  float* hs;      // kGateUp [rows, N/128]
+  float* ws;      // split-K partials [tiles, splits, 256, BN/2]
+  int* counters;  // [tiles], zero between launches
+  int splits;
+};
+
+template <int BN>
+__device__ __forceinline__ void mma_k32(float (&d)[BN / 2], uint64_t a, uint64_t b, bool acc) {
+  if constexpr (BN == 16)
+    hw::wgmma_m64n16k32_e4m3_ss(d, a, b, acc);
+  else if constexpr (BN == 32)
+    hw::wgmma_m64n32k32_e4m3_ss(d, a, b, acc);
+  else
+    hw::wgmma_m64n64k32_e4m3_ss(d, a, b, acc);
+}
+
+__device__ __forceinline__ float silu(float g) {
+  return g / (1.0f + __expf(-g));
+}
+
+template <int BN, int kMode, typename Ty>
+__global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p) {
+  using L = Layout<BN, kMode>;
+  constexpr int kNW = L::kNW;
+  constexpr int kR = BN / 2;  // accumulator registers a thread, per weight
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarOff);
+  uint64_t* empty = full + L::kStages;
+  float* red = reinterpret_cast<float*>(smem + L::kRedOff);  // [8][BN]
+  int* flag = reinterpret_cast<int*>(red + 8 * BN);
+
+  const int tid = threadIdx.x;
+  const int row_blk = blockIdx.x;
+  const int64_t K = p.K, N = p.N;
+  const int nkb = int(K / kGroup);
+  // The block's token columns [tok0, tok0 + ncols) and weights.
+  int64_t tok0 = 0;
+  int ncols = 0;
+  const uint8_t* w[kNW];
+  const float* wsc[kNW];
+  if constexpr (kMode == kDense) {
+    tok0 = int64_t(blockIdx.y) * BN;
+    ncols = int(min(int64_t(BN), p.n - tok0));
+    w[0] = p.w8;
+    wsc[0] = p.w_scale;
+  } else {
+    const MoeTile t = p.tiles[blockIdx.y];
+    if (t.expert < 0) return;  // past the real tile count (block-uniform, before any barrier)
+    tok0 = t.row0;
+    ncols = t.row1 - t.row0;
+    const MoeExpertPtrs& e = p.experts[t.expert];
+    if constexpr (kMode == kGateUp) {
+      w[0] = static_cast<const uint8_t*>(e.gate);
+      wsc[0] = e.gate_scale;
+      w[kNW - 1] = static_cast<const uint8_t*>(e.up);
+      wsc[kNW - 1] = e.up_scale;
+    } else {
+      w[0] = static_cast<const uint8_t*>(e.down);
+      wsc[0] = e.down_scale;
+    }
+  }
+  const int kb_per = (nkb + p.splits - 1) / p.splits;
+  const int kb0 = int(blockIdx.z) * kb_per, kb1 = min(nkb, kb0 + kb_per);
+
+  if (tid == 0) {
+    for (int s = 0; s < L::kStages; ++s) {
+      hw::mbar_init(&full[s], 128);          // every producer thread's noinc arrival
+      hw::mbar_init(&empty[s], kConsumers);  // every consumer thread
+    }
+    hw::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // Producer. Thread tid copies 16-byte chunk c = tid % 8 of rows tid/8 + 16·i.
+    const int c = tid & 7, r0 = tid >> 3;
+    constexpr int kBRowsPer = BN / 16;  // token rows a thread
+    const uint8_t* xrow[kBRowsPer];
+    bool xvalid[kBRowsPer];
+#pragma unroll
+    for (int j = 0; j < kBRowsPer; ++j) {
+      const int r = r0 + 16 * j;
+      xvalid[j] = r < ncols;
+      int64_t src = tok0 + r;
+      if constexpr (kMode == kGateUp) src = xvalid[j] ? p.perm[tok0 + r] / p.top_k : 0;
+      xrow[j] = p.x8 + (xvalid[j] ? src : 0) * K;
+    }
+    // Scale copies: thread t < BN the token scale of column t, threads 64.. the weight scales.
+    const bool sa_valid = tid < ncols;
+    int64_t sa_row = 0;
+    if (tid < BN && sa_valid) {
+      sa_row = tok0 + tid;
+      if constexpr (kMode == kGateUp) sa_row = p.perm[tok0 + tid] / p.top_k;
+    }
+    for (int kb = kb0, it = 0; kb < kb1; ++kb, ++it) {
+      const int stage = it % L::kStages;
+      hw::mbar_wait(&empty[stage], ((it / L::kStages) & 1) ^ 1);
+      uint8_t* st = smem + stage * L::kStageBytes;
+#pragma unroll
+      for (int wi = 0; wi < kNW; ++wi) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int r = r0 + 16 * i;
+          const int64_t row = int64_t(row_blk) * kBM + r;
+          const bool ok = row < N;
+          const uint8_t* src = w[wi] + (ok ? row * K + int64_t(kb) * kGroup + c * 16 : 0);
+          hw::cp_async_16(st + wi * kATileBytes + r * 128 + (((c ^ r) & 7) << 4), src,
+                          ok ? 16u : 0u);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBRowsPer; ++j) {
+        const int r = r0 + 16 * j;
+        hw::cp_async_16(st + L::kBOff + r * 128 + (((c ^ r) & 7) << 4),
+                        xrow[j] + (xvalid[j] ? int64_t(kb) * kGroup + c * 16 : 0),
+                        xvalid[j] ? 16u : 0u);
+      }
+      if (tid < BN)
+        hw::cp_async_4(st + L::kSaOff + tid * 4, p.xs + sa_row * nkb + kb, sa_valid ? 4u : 0u);
+      if (tid >= 64 && tid < 64 + kNW)
+        hw::cp_async_4(st + L::kSwOff + (tid - 64) * 4, wsc[tid - 64] + int64_t(row_blk) * nkb + kb,
+                       4u);
+      hw::cp_async_arrive_noinc(&full[stage]);
+    }
+    hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
+    return;
+  }
+
+  // Consumers.
+  const int ct = tid - 128, cw = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
+  float acc[kNW][kR];
+  float part[kNW][kR];
+#pragma unroll
+  for (int wi = 0; wi < kNW; ++wi)
+#pragma unroll
+    for (int i = 0; i < kR; ++i) acc[wi][i] = 0.0f;
+  for (int kb = kb0, it = 0; kb < kb1; ++kb, ++it) {
+    const int stage = it % L::kStages;
+    hw::mbar_wait(&full[stage], (it / L::kStages) & 1);
+    hw::fence_proxy_async();  // the cp.async (generic proxy) bytes, read next by wgmma
+    const uint8_t* st = smem + stage * L::kStageBytes;
+    hw::wgmma_fence();
+#pragma unroll
+    for (int wi = 0; wi < kNW; ++wi) {
+#pragma unroll
+      for (int k = 0; k < kGroup / 32; ++k) {
+        const uint64_t da =
+            hw::sw128_desc(st + wi * kATileBytes + cw * kWgRows * 128 + k * 32, 16, 1024);
+        const uint64_t db = hw::sw128_desc(st + L::kBOff + k * 32, 16, 1024);
+        mma_k32<BN>(part[wi], da, db, k > 0);
+      }
+    }
+    hw::wgmma_commit();
+    float sw[kNW];
+#pragma unroll
+    for (int wi = 0; wi < kNW; ++wi) sw[wi] = reinterpret_cast<const float*>(st + L::kSwOff)[wi];
+    float sa[kR / 2];  // the thread's columns: 8·j + 2·(lane % 4) + b, index 2j + b
+    const float* s_a = reinterpret_cast<const float*>(st + L::kSaOff);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      sa[2 * j] = s_a[8 * j + 2 * (lane & 3)];
+      sa[2 * j + 1] = s_a[8 * j + 2 * (lane & 3) + 1];
+    }
+    hw::wgmma_wait<0>();
+#pragma unroll
+    for (int wi = 0; wi < kNW; ++wi) hw::fence_regs(part[wi]);
+    hw::mbar_arrive(&empty[stage]);
+#pragma unroll
+    for (int wi = 0; wi < kNW; ++wi)
+#pragma unroll
+      for (int i = 0; i < kR; ++i)
+        acc[wi][i] += part[wi][i] * (sw[wi] * sa[(i >> 2) * 2 + (i & 1)]);
+  }
+
+  // Fragment coordinates: register i holds weight row rbase + 8·((i/2) % 2), column
+  // 8·(i/4) + 2·(lane % 4) + i % 2.
+  const int rbase = cw * kWgRows + 16 * warp + (lane >> 2);
+  auto col_of = [&](int i) { return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1); };
+  auto row_of = [&](int i) { return int64_t(row_blk) * kBM + rbase + 8 * ((i >> 1) & 1); };
+
+  if constexpr (kMode == kDense) {
+    if (p.splits > 1) {
+      const int tile = int(blockIdx.y) * int(gridDim.x) + row_blk;
+      float* base = p.ws + (size_t(tile) * p.splits) * kConsumers * kR;
+      float4* mine = reinterpret_cast<float4*>(base + (size_t(blockIdx.z) * kConsumers + ct) * kR);
+#pragma unroll
+      for (int i = 0; i < kR; i += 4)
+        __stcg(mine + i / 4, make_float4(acc[0][i], acc[0][i + 1], acc[0][i + 2], acc[0][i + 3]));
+      __threadfence();
+      hw::named_barrier(1, kConsumers);
+      if (ct == 0) {
+        const int old = atomicAdd(&p.counters[tile], 1);
+        const bool last = old == p.splits - 1;
+        if (last) p.counters[tile] = 0;  // ready for the next launch (stream-ordered)
+        *flag = last;
+      }
+      hw::named_barrier(1, kConsumers);
+      if (!*flag) return;
+      __threadfence();
+      // The sum in split order whoever arrives last (its own partial read back too): the same
+      // bits on every run.
+#pragma unroll
+      for (int i = 0; i < kR; ++i) acc[0][i] = 0.0f;
+      for (int s = 0; s < p.splits; ++s) {
+        const float4* other =
+            reinterpret_cast<const float4*>(base + (size_t(s) * kConsumers + ct) * kR);
+#pragma unroll
+        for (int i = 0; i < kR; i += 4) {
+          const float4 v = __ldcg(other + i / 4);
+          acc[0][i] += v.x;
+          acc[0][i + 1] += v.y;
+          acc[0][i + 2] += v.z;
+          acc[0][i + 3] += v.w;
+        }
+      }
+    }
+    Ty* y = static_cast<Ty*>(p.y);
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int col = col_of(i);
+      const int64_t row = row_of(i);
+      if (col < ncols && row < N) y[(tok0 + col) * N + row] = from_f32<Ty>(acc[0][i]);
+    }
+  } else if constexpr (kMode == kGateUp) {
+    float h[kR];
+#pragma unroll
+    for (int i = 0; i < kR; ++i) h[i] = silu(acc[0][i]) * acc[1][i];
+      // amax of each column over the block's 128 rows: the thread's 2 rows, the 8 lanes of its
+      // column (lane / 4), the 4 warps and the 2 warpgroups (shared memory).
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        float m = fmaxf(fabsf(h[4 * j + b]), fabsf(h[4 * j + 2 + b]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+        if (lane < 4) red[(cw * 4 + warp) * BN + 8 * j + 2 * lane + b] = m;
+      }
+    }
+    hw::named_barrier(1, kConsumers);
+    const int64_t ngroups = N / kGroup;
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int col = col_of(i);
+      if (col >= ncols) continue;
+      float amax = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) amax = fmaxf(amax, red[q * BN + col]);
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const int64_t r = tok0 + col;
+      p.h8[r * N + row_of(i)] = f32_to_e4m3_dev(h[i] / s);
+      if (ct < 4 && ((i >> 1) & 1) == 0) p.hs[r * ngroups + row_blk] = s;
+    }
+  } else {
+    float* y = static_cast<float*>(p.y);
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int col = col_of(i);
+      const int64_t row = row_of(i);
+      if (col < ncols && row < N) y[(tok0 + col) * N + row] = acc[0][i];
+    }
+  }
+}
+
+// Quantisation of activation rows: one warp a 128-wide group (4 values a lane), 8 groups a block.
+constexpr int kQuantGroupsPerBlock = 8;
+template <typename T>
+__global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict__ s,
+                                     const T* __restrict__ x, int64_t K) {
+  const int64_t row = blockIdx.x;
+  const int64_t ng = K / kGroup;
+  const int64_t g = int64_t(blockIdx.y) * kQuantGroupsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (g >= ng) return;
+  float v[4];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = to_f32(x[row * K + g * kGroup + i * 32 + lane]);
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[row * K + g * kGroup + i * 32 + lane] = f32_to_e4m3_dev(v[i] / sc);
+  if (lane == 0) s[row * ng + g] = sc;
+}
+
+bool g_enabled = [] {
+  const char* e = std::getenv("OSPREY_FP8_SWAPAB");
+  return !(e && e[0] == '0');
+}();
+
+// The split-K tile counters: zeroed once when (re)allocated; every launch leaves them zero.
+int* split_counters(size_t n) {
+  static std::mutex mu;
+  static int* buf = nullptr;
+  static size_t cap = 0;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (n > cap) {
+    if (buf) {
+      OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
+      OSPREY_CUDA_CHECK(cudaFree(buf));
+    }
+    cap = std::max<size_t>(n, 4096);
+    OSPREY_CUDA_CHECK(cudaMalloc(&buf, cap * sizeof(int)));
+    OSPREY_CUDA_CHECK(cudaMemset(buf, 0, cap * sizeof(int)));
+  }
+  return buf;
+}
+
+template <int BN, int kMode, typename Ty>
+void launch(const Params& p, const dim3& grid) {
+  using L = Layout<BN, kMode>;
+  static const bool attr = [] {
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(fp8_swapab_kernel<BN, kMode, Ty>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(L::kSmem)));
+    return true;
+  }();
+  (void)attr;
+  fp8_swapab_kernel<BN, kMode, Ty><<<grid, kThreads, L::kSmem, stream()>>>(p);
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+template <typename Ty>
+void launch_dense(const Params& p, const dim3& grid, int bn) {
+  if (bn == 16)
+    launch<16, kDense, Ty>(p, grid);
+  else if (bn == 32)
+    launch<32, kDense, Ty>(p, grid);
+  else
+    launch<64, kDense, Ty>(p, grid);
+}
+
+// Splits of K for `tiles` blocks of nkb k-blocks each: the fewest waves × (k-blocks a split + the
+// pipeline fill), at most kMaxSplits and at least 2 k-blocks a split.
+int choose_splits(int64_t tiles, int nkb) {
+  const int64_t sms = sm_count();
+  int best = 1;
+  int64_t best_cost = -1;
+  for (int s = 1; s <= std::min(kMaxSplits, std::max(1, nkb / 2)); ++s) {
+    const int per = (nkb + s - 1) / s;
+    const int real = (nkb + per - 1) / per;  // splits that get work
+    if (real != s) continue;
+    const int64_t waves = (tiles * s + sms - 1) / sms;
+    const int64_t cost = waves * (per + kSplitOverheadKb);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+void set_fp8_swapab(bool allow) {
+  g_enabled = allow;
+}
+bool fp8_swapab_enabled() {
+  return g_enabled;
+}
+
+bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K) {
+  return g_enabled && device_is_sm90() && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
+         K % kGroup == 0 && K > 0;
+}
+
+void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, int64_t n,
+                          int64_t K) {
+  OSPREY_CHECK(K % kGroup == 0 && n >= 0 && n < (int64_t(1) << 31), "quantize_rows: K ", K,
+               " is not a multiple of 128");
+  if (n == 0) return;
+  const int64_t ng = K / kGroup;
+  const dim3 grid(unsigned(n), unsigned((ng + kQuantGroupsPerBlock - 1) / kQuantGroupsPerBlock));
+  OSPREY_DISPATCH_FLOAT(x_type, T, {
+    quantize_rows_kernel<T>
+        <<<grid, 32 * kQuantGroupsPerBlock, 0, stream()>>>(x8, s, static_cast<const T*>(x), K);
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
+                              const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
+                              int64_t K) {
+  OSPREY_CHECK(K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
+                   N < (int64_t(1) << 31) && is_f32_or_bf16(y_type),
+               "fp8_swapab_linear: n ", n, ", N ", N, ", K ", K);
+  const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
+  const int64_t row_blocks = (N + kBM - 1) / kBM, ttiles = (n + bn - 1) / bn;
+  const int nkb = int(K / kGroup);
+  const int splits = choose_splits(row_blocks * ttiles, nkb);
+  Params p{};
+  p.w8 = w8;
+  p.w_scale = w_scale;
+  p.x8 = x8;
+  p.xs = xs;
+  p.n = n;
+  p.N = N;
+  p.K = K;
+  p.y = y;
+  p.splits = splits;
+  if (splits > 1) {
+    const size_t tiles = size_t(row_blocks * ttiles);
+    p.ws = static_cast<float*>(
+        scratch(kScratchGemmSplit, tiles * splits * kConsumers * size_t(bn / 2) * sizeof(float)));
+    p.counters = split_counters(tiles);
+  }
+  const dim3 grid{unsigned(row_blocks), unsigned(ttiles), unsigned(splits)};
+  if (y_type == DType::F32)
+    launch_dense<float>(p, grid, bn);
+  else
+    launch_dense<bf16>(p, grid, bn);
+}
+
+void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
+                                   const MoeTile* tiles, int max_tiles,
+                                   const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
+                                   int64_t D, int64_t I) {
+  OSPREY_CHECK(D % kGroup == 0 && I % kGroup == 0, "fp8_swapab_moe: D ", D, ", I ", I,
+               " are not multiples of 128");
+  if (max_tiles == 0) return;
+  Params p{};
+  p.experts = experts;
+  p.tiles = tiles;
+  p.perm = perm;
+  p.top_k = top_k;
+  p.x8 = x8;
+  p.xs = xs;
+  p.N = I;
+  p.K = D;
+  p.h8 = h8;
+  p.hs = hs;
+  p.splits = 1;
+  static_assert(kSwapAbMoeTileRows == 16);
+  launch<kSwapAbMoeTileRows, kGateUp, float>(p, dim3(unsigned(I / kBM), unsigned(max_tiles), 1));
+}
+
+void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
+                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I) {
+  OSPREY_CHECK(D % kGroup == 0 && I % kGroup == 0, "fp8_swapab_moe: D ", D, ", I ", I,
+               " are not multiples of 128");
+  if (max_tiles == 0) return;
+  Params p{};
+  p.experts = experts;
+  p.tiles = tiles;
+  p.x8 = h8;
+  p.xs = hs;
+  p.N = D;
+  p.K = I;
+  p.y = y;
+  p.splits = 1;
+  launch<kSwapAbMoeTileRows, kDown, float>(p, dim3(unsigned(D / kBM), unsigned(max_tiles), 1));
+}
+
+}  // namespace osprey::ops::cuda

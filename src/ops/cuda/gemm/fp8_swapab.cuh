@@ -1,0 +1,52 @@
+// Internal interface of the sm_90a FP8 weight-streaming GEMM (fp8_swapab.cu): W8A8 block-scaled
+// products for few tokens, where the weights' bytes set the time — the dense linear layers at
+// decode and the routed experts' grouped GEMMs at decode.
+//
+// Arithmetic (DeepSeek's reference fp8_gemm): activations quantised per 1×128 group
+//   s_x[t, g] = amax_g(|x[t, :]|) / 448 (1 for an all-zero group), x8[t, c] = e4m3(x[t, c] / s_x),
+// weights W8 [N, K] e4m3 with scale_inv [ceil(N/128), K/128];
+//   y[t, r] = Σ_g s_x[t, g] · scale_inv[r/128, g] · Σ_{c in g} x8[t, c] · W8[r, c]
+// the inner sum on the tensor cores (F32 accumulation), the promotion per 128-wide group in F32
+// registers. The CPU twin is ops::cpu::linear_w8a8 (ops/gemm.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "ops/cuda/moe_experts.cuh"
+#include "ops/moe_schedule.h"
+
+namespace osprey::ops::cuda {
+
+// Rows of one expert per tile of the decode MoE path (the swap-AB kernel's token tile, BN).
+constexpr int kSwapAbMoeTileRows = 16;
+// Largest token count the dense swap-AB path takes (tiles of 64 tokens past 32); above it the
+// GEMM is compute-bound and cuBLASLt's block-scaled FP8 GEMM runs instead.
+constexpr int64_t kSwapAbMaxTokens = 128;
+
+// x [n, K] F32 or BF16 → x8 [n, K] e4m3 and s [n, K/128] F32 as above. K a multiple of 128.
+void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, int64_t n, int64_t K);
+
+// Whether the dense path serves y = x · Wᵀ with n tokens, W [N, K] e4m3 (an sm_90 device, K a
+// multiple of 128, 1 ≤ n ≤ kSwapAbMaxTokens, and not disabled by OSPREY_FP8_SWAPAB=0).
+bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K);
+// Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
+bool fp8_swapab_enabled();
+
+// y [n, N] (F32 or BF16) = x8 · W8ᵀ block-scaled as above; x8 [n, K], xs [n, K/128].
+void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
+                              const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
+                              int64_t K);
+
+// Grouped experts over a kSwapAbMoeTileRows schedule (moe_schedule.h with that tile size):
+// h8 [rows, I] e4m3, hs [rows, I/128] = quantised silu(xs·gateᵀ) ⊙ (xs·upᵀ), xs[r] = the
+// quantised x row perm[r] / top_k (x8 [n_tokens, D], xs [n_tokens, D/128]). I, D multiples of 128.
+void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
+                                   const MoeTile* tiles, int max_tiles,
+                                   const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
+                                   int64_t D, int64_t I);
+// y [rows, D] F32 = h8 · downᵀ block-scaled, per tile with its expert's down.
+void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
+                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I);
+
+}  // namespace osprey::ops::cuda
