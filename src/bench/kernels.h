@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace osprey::bench {
 
@@ -15,8 +16,9 @@ struct KernelOptions {
   int warmup = 5;
   int iters = 30;
   uint64_t seed = 1;
-  bool baseline = true;  // also time the CUDA-core kernels on a few shapes
-  bool quick = false;    // a few shapes only (smoke runs)
+  bool baseline = true;     // also time the CUDA-core kernels on a few shapes
+  bool quick = false;       // a few shapes only (smoke runs)
+  std::vector<int64_t> ms;  // gemm: the token counts (empty: 1, 16, 32, 64, 128, 256, 4096, 16384)
 };
 
 void run_kernel_benchmark(const KernelOptions& o);

@@ -13,6 +13,7 @@
 #include "core/device_buffer.h"
 #include "core/error.h"
 #include "ops/ceilings.h"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
 #include "ops/moe.h"
 #include "ops/tensor_ops.h"
@@ -66,11 +67,12 @@ DevFp8 make_fp8(int64_t out, int64_t in, uint64_t seed) {
 }
 
 void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
-  std::vector<int64_t> ms = {1, 16, 64, 128, 256, 4096, 16384};
+  std::vector<int64_t> ms = {1, 16, 32, 64, 128, 256, 4096, 16384};
   if (o.quick) ms = {1, 64, 4096};
-  std::printf("\n%-19s %6s %6s %6s %-10s %9s %7s %6s %8s %6s %9s %7s %6s %8s %9s\n", "shape", "M",
-              "N", "K", "path", "time_us", "GB/s", "%copy", "TFLOP/s", "%fp8", "lt_us", "lt_GB/s",
-              "%copy", "lt_TF/s", "rel_diff");
+  if (!o.ms.empty()) ms = o.ms;
+  std::printf("\n%-19s %6s %6s %6s %-10s %9s %7s %6s %8s %6s %8s %9s %7s %6s %8s %9s\n", "shape",
+              "M", "N", "K", "path", "time_us", "GB/s", "%copy", "TFLOP/s", "%fp8", "var_us",
+              "lt_us", "lt_GB/s", "%copy", "lt_TF/s", "rel_diff");
   uint64_t seed = o.seed * 1000;
   for (const Proj& pr : kProjs) {
     const DevFp8 w = make_fp8(pr.out, pr.in, seed += 10);
@@ -83,6 +85,18 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       ours();
       const std::string path = ops::cuda::last_fp8_gemm_path();
       const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes);
+      // Variants: one k-block a stage (the default takes two); past 32 tokens, where cuBLASLt
+      // runs, osprey's kernel with tiles of 32 tokens.
+      double g1_us = 0, wide_us = 0;
+      if (path == "swapab-fp8") {
+        ops::cuda::set_fp8_swapab_dense_groups(1);
+        g1_us = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes).median_ms * 1e3;
+        ops::cuda::set_fp8_swapab_dense_groups(2);
+      } else if (m <= ops::cuda::kSwapAbMaxTokens) {
+        ops::cuda::set_fp8_swapab_max_tokens(ops::cuda::kSwapAbMaxTokens);
+        wide_us = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes).median_ms * 1e3;
+        ops::cuda::set_fp8_swapab_max_tokens(32);
+      }
       // cuBLASLt's block-scaled FP8 GEMM on the same call (osprey's kernel off).
       ops::cuda::set_fp8_swapab(false);
       auto lt = [&] { ops::linear(y_lt, x, w.lw()); };
@@ -102,13 +116,14 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       const double flops = 2.0 * double(m) * double(pr.out) * double(pr.in);
       const double s = t.median_ms * 1e-3, sl = tl.median_ms * 1e-3;
       std::printf(
-          "%-19s %6lld %6lld %6lld %-10s %9.1f %7.0f %5.1f%% %8.1f %5.1f%% %9.1f %7.0f %5.1f%% "
-          "%8.1f %9.2e%s%s\n",
+          "%-19s %6lld %6lld %6lld %-10s %9.1f %7.0f %5.1f%% %8.1f %5.1f%% %8.1f %9.1f %7.0f "
+          "%5.1f%% %8.1f %9.2e%s%s\n",
           pr.what, static_cast<long long>(m), static_cast<long long>(pr.out),
           static_cast<long long>(pr.in), path == "swapab-fp8" ? "swapab" : "cublasLt",
           t.median_ms * 1e3, bytes / s / 1e9, 100 * bytes / s / 1e9 / copy_gbs, flops / s / 1e12,
-          100 * flops / s / 1e12 / fp8_tf, tl.median_ms * 1e3, bytes / sl / 1e9,
-          100 * bytes / sl / 1e9 / copy_gbs, flops / sl / 1e12, diff,
+          100 * flops / s / 1e12 / fp8_tf, path == "swapab-fp8" ? g1_us : wide_us,
+          tl.median_ms * 1e3, bytes / sl / 1e9, 100 * bytes / sl / 1e9 / copy_gbs,
+          flops / sl / 1e12, diff,
           lt_path == "cublasLt-fp8-blockscaled" ? "" : (" (lt path: " + lt_path + ")").c_str(),
           diff <= max_diff ? "" : "  CHECK FAILED");
       OSPREY_CHECK(diff <= max_diff, pr.what, " M ", m,
@@ -120,7 +135,9 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       "(median of %d calls after %d warm-up, L2 flushed before each; x, y BF16 [M, K], [M, N]; "
       "bytes = W (e4m3) + its scales + x + y; path = what osprey runs for the shape; lt = "
       "cuBLASLt's block-scaled FP8 GEMM (activation quantisation included in both); rel_diff = "
-      "osprey vs cuBLASLt)\n",
+      "osprey vs cuBLASLt; var_us = a variant of osprey's kernel: on its rows, one k-block a "
+      "pipeline stage instead of two; on cuBLASLt's rows up to 128 tokens, osprey's kernel with "
+      "tiles of 32 tokens)\n",
       o.iters, o.warmup);
 }
 
@@ -143,13 +160,31 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
   std::printf("\n%-26s %6s %7s %10s %7s %6s %8s %6s %11s %8s %6s %9s\n",
               "moe layer (256 x [2048x7168])", "tokens", "experts", "time_us", "GB/s", "%copy",
               "TFLOP/s", "%fp8", "wmma_us", "GB/s", "%copy", "rel_diff");
-  for (int64_t n : ns) {
+  // Two routings: V3.2's router on random logits (which concentrates the tokens on fewer experts
+  // than a trained router: 88 distinct for 64 tokens), and uniform (8 distinct experts a token
+  // drawn uniformly: the ~222 of the B = 64 target).
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::pair<int64_t, bool>> cases;
+  for (int64_t n : ns) cases.push_back({n, false});
+  for (int64_t n : ns)
+    if (n <= 128) cases.push_back({n, true});
+  for (auto [n, uniform] : cases) {
     DeviceBuffer logits(DType::F32, {n, E}), bias(DType::F32, {E}), x(DType::BF16, {n, D});
     ops::cuda::fill_uniform(logits, seed + 1, -4.0f, 4.0f);
     ops::cuda::fill_uniform(bias, seed + 2, -0.1f, 0.1f);
     ops::cuda::fill_uniform(x, seed + 3, -2.0f, 2.0f);
     DeviceBuffer ids(DType::I32, {n, K}), wts(DType::F32, {n, K});
     ops::moe_route(ids, wts, logits, bias, router);
+    if (uniform) {
+      Buffer u(DType::I32, {n, K});
+      std::vector<int32_t> all(static_cast<size_t>(E));
+      for (int32_t e = 0; e < int32_t(E); ++e) all[size_t(e)] = e;
+      for (int64_t t = 0; t < n; ++t) {
+        std::shuffle(all.begin(), all.end(), rng);
+        std::copy(all.begin(), all.begin() + K, u.ptr<int32_t>() + t * K);
+      }
+      ids = cuda::to_device(u);
+    }
     DeviceBuffer out(DType::BF16, {n, D}), out_w(DType::BF16, {n, D});
     cuda::synchronize();
     Buffer h_ids = cuda::to_host(ids);

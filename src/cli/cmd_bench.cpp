@@ -186,6 +186,7 @@ void add_kernels(CLI::App& bench) {
   sub->add_option("--seed", a->seed, "random inputs")->capture_default_str();
   sub->add_flag("!--no-baseline", a->baseline, "skip timing the CUDA-core kernels");
   sub->add_flag("--quick", a->quick, "three shapes only");
+  sub->add_option("--m", a->ms, "gemm: token counts, comma-separated")->delimiter(',');
   sub->callback([a] {
     if (a->iters < 1 || a->warmup < 0) fail("--iters must be at least 1 and --warmup at least 0");
     bench::run_kernel_benchmark(*a);

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
 #include "ops/moe.h"
 
@@ -70,9 +71,12 @@ const Proj kProjs[] = {{1536, 7168, "q_a_proj"},
                        {8192, 1536, "indexer wq_b"},
                        {128, 7168, "indexer wk"}};
 
+// The dispatch takes n ≤ 32; the launcher up to 128 (tiles of 32, a benchmark variant): both
+// checked, the limit raised for the test.
 TEST(CudaOps, LinearFp8SwapAbMatchesW8A8Twin) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
+  ops::cuda::set_fp8_swapab_max_tokens(ops::cuda::kSwapAbMaxTokens);
   const int64_t ns[] = {1, 5, 16, 37, 64, 128};
   int k = 0;
   for (const Proj& pr : kProjs) {
@@ -99,6 +103,7 @@ TEST(CudaOps, LinearFp8SwapAbMatchesW8A8Twin) {
       }
     }
   }
+  ops::cuda::set_fp8_swapab_max_tokens(32);
 }
 
 // The counters of the split-K shapes are reset by each launch's last block: the same call repeated
@@ -131,9 +136,12 @@ TEST(CudaOps, LinearFp8SwapAbStepsAsideOutsideItsClass) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
   const Fp8Weight f = random_fp8(1536, 7168);
-  DeviceBuffer x = upload(rand_f32({129, 7168})), y = poisoned(DType::F32, {129, 1536});
+  DeviceBuffer x = upload(rand_f32({33, 7168})), y = poisoned(DType::F32, {33, 1536});
   ops::linear(y, x, f.dev());
-  EXPECT_STRNE(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "129 tokens are past its class";
+  EXPECT_STRNE(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "33 tokens are past its class";
+  DeviceBuffer x32 = upload(rand_f32({32, 7168})), y32 = poisoned(DType::F32, {32, 1536});
+  ops::linear(y32, x32, f.dev());
+  EXPECT_STREQ(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "32 tokens are in it";
   ops::cuda::set_fp8_swapab(false);
   DeviceBuffer x1 = upload(rand_f32({4, 7168})), y1 = poisoned(DType::F32, {4, 1536});
   ops::linear(y1, x1, f.dev());

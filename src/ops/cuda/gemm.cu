@@ -10,10 +10,10 @@
 //     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this
 //     mode. If cuBLASLt refuses that mode (no algorithm), or the shape is outside the verified set
 //     (see fp8_block_scaled), the fallback dequantizes W to BF16 (dequant_kernel) and runs the BF16
-//     GEMM. last_fp8_gemm_path() says which ran. Few tokens (n ≤ kSwapAbMaxTokens, K a multiple of
-//     128, on sm_90): osprey's own weight- streaming W8A8 kernel (gemm/fp8_swapab.cu) instead: x
-//     quantised per 1×128 (scales [n, K/128], row-major), y written directly in its dtype, no
-//     padding.
+//     GEMM. last_fp8_gemm_path() says which ran. Few tokens (n ≤ 32, K a multiple of 128, on
+//     sm_90; fp8_swapab_serves): osprey's own weight-streaming W8A8 kernel (gemm/fp8_swapab.cu)
+//     instead: x quantised per 1×128 (scales [n, K/128], row-major), y written directly in its
+//     dtype, no padding.
 // x, y: F32 or BF16.
 // Grids: quantize_act_kernel [n, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values a
 // lane); dequant_kernel grid-stride over W's elements.

@@ -7,15 +7,17 @@
 // Shapes: W8 [N, K] e4m3 row-major (the checkpoint's layout; K-major, as FP8 wgmma needs for A),
 //   scale_inv [ceil(N/128), K/128] F32; x8 [n_x, K] e4m3 (K-major B), xs [n_x, K/128] F32.
 // Modes:
-//   kDense:  y [n, N] F32/BF16; a block = (128-row block of W, BN-token tile, K split).
+//   kDense:  y [n, N] F32/BF16; a block = (BN-token tile, 128-row block of W, K split).
 //   kGateUp: a block = (128-row block of I, one tile of one expert's sorted rows); gate and up
 //            in one pass (two A tiles a stage), h = silu(g)·u in F32, quantised per 1×128 in the
 //            epilogue (the block holds all 128 columns of its group): h8 [rows, I], hs [rows,
 //            I/128].
 //   kDown:   y [rows, D] F32 = h8 · downᵀ; a block = (128-row block of D, one tile).
 // Block: 384 threads, 1 block an SM (the stages take ~200 KB of shared memory).
-//   Warpgroup 0, the producer: per 128-wide K group ("k-block") it waits for a free stage and
-//   issues 16-byte cp.async copies of the 128 weight rows (×2 for gate/up; rows past N zero-fill),
+//   Warpgroup 0, the producer: per stage of kG consecutive 128-wide K groups ("k-blocks"; kG = 2
+//   for the dense path and down, 1 for gate/up, whose stage already holds two weights) it waits
+//   for a free stage and issues 16-byte cp.async copies of the 128 weight rows' kG·128 bytes (×2
+//   for gate/up; rows past N and k-blocks past K zero-fill),
 //   the BN token rows (gathered through perm for gate/up; columns past the tile's rows zero-fill,
 //   their scale 0) and the scales, all into the 128-byte swizzled layout (hopper/wgmma.cuh: an
 //   e4m3 row of 128 values is one SW128 row), then cp.async.mbarrier.arrive.noinc on the stage's
@@ -57,19 +59,25 @@ constexpr int kMaxSplits = 32;
 
 enum Mode : int { kDense = 0, kGateUp = 1, kDown = 2 };
 
-template <int BN, int kMode>
+// A stage holds kG consecutive k-blocks ("groups"): each weight row is read kG·128 contiguous bytes
+// at a time (one k-block alone measured 55% of the copy rate on o_proj at n = 1; the MoE path's
+// 32 KB stages 86%).
+template <int BN, int kMode, int kG>
 struct Layout {
-  static constexpr int kNW = kMode == kGateUp ? 2 : 1;  // weight tiles a stage
-  static constexpr int kBOff = kNW * kATileBytes;       // token tile [BN × 128 e4m3]
-  static constexpr int kSaOff = kBOff + BN * kGroup;    // token scales [BN] F32
-  static constexpr int kSwOff = kSaOff + BN * 4;        // weight scales [kNW] F32
-  static constexpr int kStageBytes = (kSwOff + kNW * 4 + 1023) / 1024 * 1024;
+  static constexpr int kNW = kMode == kGateUp ? 2 : 1;  // weights a stage
+  // A tiles [kNW][kG] of 16 KB each; token tiles [kG] of [BN × 128 e4m3]
+  static constexpr int kBOff = kNW * kG * kATileBytes;
+  static constexpr int kSaOff = kBOff + kG * BN * kGroup;  // token scales [kG][BN] F32
+  static constexpr int kSwOff = kSaOff + kG * BN * 4;      // weight scales [kNW][kG] F32
+  static constexpr int kStageBytes = (kSwOff + kNW * kG * 4 + 1023) / 1024 * 1024;
   static constexpr int kStages = int(std::min<size_t>(kMaxStages, kSmemBudget / kStageBytes));
   static constexpr int kBarOff = kStages * kStageBytes;      // full [kStages], empty [kStages]
   static constexpr int kRedOff = kBarOff + 2 * kStages * 8;  // [8 warps][BN] F32 (gate/up), flag
   static constexpr size_t kSmem = size_t(kRedOff) + 8 * BN * 4 + 16 + 1024;  // + align slack
   static_assert(kStages >= 2);
   static_assert(BN == 16 || BN == 32 || BN == 64);
+  static_assert(kG == 1 || kG == 2);
+  static_assert(BN * kG <= 128);  // the scale copies: one thread each
 };
 
 struct Params {
@@ -105,9 +113,9 @@ __device__ __forceinline__ float silu(float g) {
   return g / (1.0f + __expf(-g));
 }
 
-template <int BN, int kMode, typename Ty>
+template <int BN, int kMode, int kG, typename Ty>
 __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p) {
-  using L = Layout<BN, kMode>;
+  using L = Layout<BN, kMode, kG>;
   constexpr int kNW = L::kNW;
   constexpr int kR = BN / 2;  // accumulator registers a thread, per weight
   extern __shared__ uint8_t smem_raw[];
@@ -119,7 +127,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   int* flag = reinterpret_cast<int*>(red + 8 * BN);
 
   const int tid = threadIdx.x;
-  const int row_blk = blockIdx.x;
+  // kDense: grid [token tiles, row blocks, splits] (the tiles of one row block run side by side
+  // and read its weights once from DRAM); MoE: grid [row blocks, tiles].
+  const int row_blk = kMode == kDense ? int(blockIdx.y) : int(blockIdx.x);
   const int64_t K = p.K, N = p.N;
   const int nkb = int(K / kGroup);
   // The block's token columns [tok0, tok0 + ncols) and weights.
@@ -128,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   const uint8_t* w[kNW];
   const float* wsc[kNW];
   if constexpr (kMode == kDense) {
-    tok0 = int64_t(blockIdx.y) * BN;
+    tok0 = int64_t(blockIdx.x) * BN;
     ncols = int(min(int64_t(BN), p.n - tok0));
     w[0] = p.w8;
     wsc[0] = p.w_scale;
@@ -148,8 +158,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
       wsc[0] = e.down_scale;
     }
   }
-  const int kb_per = (nkb + p.splits - 1) / p.splits;
-  const int kb0 = int(blockIdx.z) * kb_per, kb1 = min(nkb, kb0 + kb_per);
+  const int nsb = (nkb + kG - 1) / kG;  // stages of kG k-blocks (the last may hold fewer)
+  const int sb_per = (nsb + p.splits - 1) / p.splits;
+  const int sb0 = int(blockIdx.z) * sb_per, sb1 = min(nsb, sb0 + sb_per);
 
   if (tid == 0) {
     for (int s = 0; s < L::kStages; ++s) {
@@ -161,54 +172,68 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   __syncthreads();
 
   if (tid < 128) {
-    // Producer. Thread tid copies 16-byte chunk c = tid % 8 of rows tid/8 + 16·i.
-    const int c = tid & 7, r0 = tid >> 3;
-    constexpr int kBRowsPer = BN / 16;  // token rows a thread
+    // Producer. A weight row's kG·128 bytes of a stage are 8·kG chunks of 16 B: thread tid copies
+    // chunk cc = tid % (8·kG) (group cc / 8, chunk cc % 8) of rows tid / (8·kG) + (16 / kG)·i.
+    constexpr int kRowStep = 16 / kG;
+    const int cc = tid % (8 * kG), gi = cc >> 3, c = cc & 7, r0 = tid / (8 * kG);
+    constexpr int kBRowsPer = BN * kG / 16;  // token rows a thread
     const uint8_t* xrow[kBRowsPer];
     bool xvalid[kBRowsPer];
 #pragma unroll
     for (int j = 0; j < kBRowsPer; ++j) {
-      const int r = r0 + 16 * j;
+      const int r = r0 + kRowStep * j;
       xvalid[j] = r < ncols;
       int64_t src = tok0 + r;
       if constexpr (kMode == kGateUp) src = xvalid[j] ? p.perm[tok0 + r] / p.top_k : 0;
       xrow[j] = p.x8 + (xvalid[j] ? src : 0) * K;
     }
-    // Scale copies: thread t < BN the token scale of column t, threads 64.. the weight scales.
-    const bool sa_valid = tid < ncols;
+    // Scale copies: thread t < kG·BN the token scale of group t / BN, column t % BN; threads
+    // 64 + (wi·kG + g) the weight scales.
+    const int sa_g = tid / BN, sa_col = tid % BN;
+    const bool sa_valid = tid < kG * BN && sa_col < ncols;
     int64_t sa_row = 0;
-    if (tid < BN && sa_valid) {
-      sa_row = tok0 + tid;
-      if constexpr (kMode == kGateUp) sa_row = p.perm[tok0 + tid] / p.top_k;
+    if (sa_valid) {
+      sa_row = tok0 + sa_col;
+      if constexpr (kMode == kGateUp) sa_row = p.perm[tok0 + sa_col] / p.top_k;
     }
-    for (int kb = kb0, it = 0; kb < kb1; ++kb, ++it) {
+    const int sw_i = tid - 64, sw_w = sw_i / kG, sw_g = sw_i % kG;
+    for (int sb = sb0, it = 0; sb < sb1; ++sb, ++it) {
       const int stage = it % L::kStages;
       hw::mbar_wait(&empty[stage], ((it / L::kStages) & 1) ^ 1);
       uint8_t* st = smem + stage * L::kStageBytes;
+      const int kb = sb * kG + gi;  // this thread's k-block; past nkb: zero-filled
+      const bool kb_ok = kb < nkb;
 #pragma unroll
       for (int wi = 0; wi < kNW; ++wi) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int r = r0 + 16 * i;
+        for (int i = 0; i < 8 * kG; ++i) {
+          const int r = r0 + kRowStep * i;
           const int64_t row = int64_t(row_blk) * kBM + r;
-          const bool ok = row < N;
+          const bool ok = row < N && kb_ok;
           const uint8_t* src = w[wi] + (ok ? row * K + int64_t(kb) * kGroup + c * 16 : 0);
-          hw::cp_async_16(st + wi * kATileBytes + r * 128 + (((c ^ r) & 7) << 4), src,
+          hw::cp_async_16(st + (wi * kG + gi) * kATileBytes + r * 128 + (((c ^ r) & 7) << 4), src,
                           ok ? 16u : 0u);
         }
       }
 #pragma unroll
       for (int j = 0; j < kBRowsPer; ++j) {
-        const int r = r0 + 16 * j;
-        hw::cp_async_16(st + L::kBOff + r * 128 + (((c ^ r) & 7) << 4),
-                        xrow[j] + (xvalid[j] ? int64_t(kb) * kGroup + c * 16 : 0),
-                        xvalid[j] ? 16u : 0u);
+        const int r = r0 + kRowStep * j;
+        const bool ok = xvalid[j] && kb_ok;
+        hw::cp_async_16(st + L::kBOff + gi * BN * kGroup + r * 128 + (((c ^ r) & 7) << 4),
+                        xrow[j] + (ok ? int64_t(kb) * kGroup + c * 16 : 0), ok ? 16u : 0u);
       }
-      if (tid < BN)
-        hw::cp_async_4(st + L::kSaOff + tid * 4, p.xs + sa_row * nkb + kb, sa_valid ? 4u : 0u);
-      if (tid >= 64 && tid < 64 + kNW)
-        hw::cp_async_4(st + L::kSwOff + (tid - 64) * 4, wsc[tid - 64] + int64_t(row_blk) * nkb + kb,
-                       4u);
+      if (tid < kG * BN) {
+        const int kbs = sb * kG + sa_g;
+        const bool ok = sa_valid && kbs < nkb;
+        hw::cp_async_4(st + L::kSaOff + tid * 4, p.xs + (ok ? sa_row * nkb + kbs : 0),
+                       ok ? 4u : 0u);
+      }
+      if (sw_i >= 0 && sw_i < kNW * kG) {
+        const int kbs = sb * kG + sw_g;
+        const bool ok = kbs < nkb;
+        hw::cp_async_4(st + L::kSwOff + sw_i * 4,
+                       wsc[sw_w] + (ok ? int64_t(row_blk) * nkb + kbs : 0), ok ? 4u : 0u);
+      }
       hw::cp_async_arrive_noinc(&full[stage]);
     }
     hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
@@ -218,47 +243,58 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   // Consumers.
   const int ct = tid - 128, cw = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
   float acc[kNW][kR];
-  float part[kNW][kR];
 #pragma unroll
   for (int wi = 0; wi < kNW; ++wi)
 #pragma unroll
     for (int i = 0; i < kR; ++i) acc[wi][i] = 0.0f;
-  for (int kb = kb0, it = 0; kb < kb1; ++kb, ++it) {
+  for (int sb = sb0, it = 0; sb < sb1; ++sb, ++it) {
     const int stage = it % L::kStages;
     hw::mbar_wait(&full[stage], (it / L::kStages) & 1);
     hw::fence_proxy_async();  // the cp.async (generic proxy) bytes, read next by wgmma
     const uint8_t* st = smem + stage * L::kStageBytes;
+    float part[kG][kNW][kR];
     hw::wgmma_fence();
 #pragma unroll
-    for (int wi = 0; wi < kNW; ++wi) {
+    for (int g = 0; g < kG; ++g) {
 #pragma unroll
-      for (int k = 0; k < kGroup / 32; ++k) {
-        const uint64_t da =
-            hw::sw128_desc(st + wi * kATileBytes + cw * kWgRows * 128 + k * 32, 16, 1024);
-        const uint64_t db = hw::sw128_desc(st + L::kBOff + k * 32, 16, 1024);
-        mma_k32<BN>(part[wi], da, db, k > 0);
+      for (int wi = 0; wi < kNW; ++wi) {
+#pragma unroll
+        for (int k = 0; k < kGroup / 32; ++k) {
+          const uint64_t da = hw::sw128_desc(
+              st + (wi * kG + g) * kATileBytes + cw * kWgRows * 128 + k * 32, 16, 1024);
+          const uint64_t db = hw::sw128_desc(st + L::kBOff + g * BN * kGroup + k * 32, 16, 1024);
+          mma_k32<BN>(part[g][wi], da, db, k > 0);
+        }
       }
     }
     hw::wgmma_commit();
-    float sw[kNW];
+    float sw[kG][kNW];
+    float sa[kG][kR / 2];  // the thread's columns: 8·j + 2·(lane % 4) + b, index 2j + b
 #pragma unroll
-    for (int wi = 0; wi < kNW; ++wi) sw[wi] = reinterpret_cast<const float*>(st + L::kSwOff)[wi];
-    float sa[kR / 2];  // the thread's columns: 8·j + 2·(lane % 4) + b, index 2j + b
-    const float* s_a = reinterpret_cast<const float*>(st + L::kSaOff);
+    for (int g = 0; g < kG; ++g) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      sa[2 * j] = s_a[8 * j + 2 * (lane & 3)];
-      sa[2 * j + 1] = s_a[8 * j + 2 * (lane & 3) + 1];
+      for (int wi = 0; wi < kNW; ++wi)
+        sw[g][wi] = reinterpret_cast<const float*>(st + L::kSwOff)[wi * kG + g];
+      const float* s_a = reinterpret_cast<const float*>(st + L::kSaOff) + g * BN;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        sa[g][2 * j] = s_a[8 * j + 2 * (lane & 3)];
+        sa[g][2 * j + 1] = s_a[8 * j + 2 * (lane & 3) + 1];
+      }
     }
     hw::wgmma_wait<0>();
 #pragma unroll
-    for (int wi = 0; wi < kNW; ++wi) hw::fence_regs(part[wi]);
+    for (int g = 0; g < kG; ++g)
+#pragma unroll
+      for (int wi = 0; wi < kNW; ++wi) hw::fence_regs(part[g][wi]);
     hw::mbar_arrive(&empty[stage]);
 #pragma unroll
-    for (int wi = 0; wi < kNW; ++wi)
+    for (int g = 0; g < kG; ++g)
 #pragma unroll
-      for (int i = 0; i < kR; ++i)
-        acc[wi][i] += part[wi][i] * (sw[wi] * sa[(i >> 2) * 2 + (i & 1)]);
+      for (int wi = 0; wi < kNW; ++wi)
+#pragma unroll
+        for (int i = 0; i < kR; ++i)
+          acc[wi][i] += part[g][wi][i] * (sw[g][wi] * sa[g][(i >> 2) * 2 + (i & 1)]);
   }
 
   // Fragment coordinates: register i holds weight row rbase + 8·((i/2) % 2), column
@@ -269,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
 
   if constexpr (kMode == kDense) {
     if (p.splits > 1) {
-      const int tile = int(blockIdx.y) * int(gridDim.x) + row_blk;
+      const int tile = int(blockIdx.y) * int(gridDim.x) + int(blockIdx.x);
       float* base = p.ws + (size_t(tile) * p.splits) * kConsumers * kR;
       float4* mine = reinterpret_cast<float4*>(base + (size_t(blockIdx.z) * kConsumers + ct) * kR);
 #pragma unroll
@@ -376,6 +412,13 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
   if (lane == 0) s[row * ng + g] = sc;
 }
 
+int g_dense_groups = 2;  // k-blocks a stage on the dense path (bench variant: 1)
+// Most tokens the dense path takes. 32: at 64 and 128 tokens cuBLASLt's block-scaled GEMM was
+// faster on most V3.2 shapes (H200, 2026-12-01, bench kernels --op gemm: e.g. q_a_proj at 64
+// tokens 21.9 us against 37.6, kv_a_proj 20.3 against 40.4); at 1 and 16 this kernel was faster
+// or equal on every shape. The bench raises it to compare.
+int64_t g_max_tokens = 32;
+
 bool g_enabled = [] {
   const char* e = std::getenv("OSPREY_FP8_SWAPAB");
   return !(e && e[0] == '0');
@@ -399,32 +442,30 @@ int* split_counters(size_t n) {
   return buf;
 }
 
-template <int BN, int kMode, typename Ty>
+template <int BN, int kMode, int kG, typename Ty>
 void launch(const Params& p, const dim3& grid) {
-  using L = Layout<BN, kMode>;
+  using L = Layout<BN, kMode, kG>;
   static const bool attr = [] {
-    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(fp8_swapab_kernel<BN, kMode, Ty>,
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(fp8_swapab_kernel<BN, kMode, kG, Ty>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(L::kSmem)));
     return true;
   }();
   (void)attr;
-  fp8_swapab_kernel<BN, kMode, Ty><<<grid, kThreads, L::kSmem, stream()>>>(p);
+  fp8_swapab_kernel<BN, kMode, kG, Ty><<<grid, kThreads, L::kSmem, stream()>>>(p);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
-template <typename Ty>
+template <int kG, typename Ty>
 void launch_dense(const Params& p, const dim3& grid, int bn) {
   if (bn == 16)
-    launch<16, kDense, Ty>(p, grid);
-  else if (bn == 32)
-    launch<32, kDense, Ty>(p, grid);
+    launch<16, kDense, kG, Ty>(p, grid);
   else
-    launch<64, kDense, Ty>(p, grid);
+    launch<32, kDense, kG, Ty>(p, grid);
 }
 
-// Splits of K for `tiles` blocks of nkb k-blocks each: the fewest waves × (k-blocks a split + the
-// pipeline fill), at most kMaxSplits and at least 2 k-blocks a split.
+// Splits of K for `tiles` blocks of nkb stages each: the fewest waves × (stages a split + the
+// pipeline fill), at most kMaxSplits and at least 2 stages a split.
 int choose_splits(int64_t tiles, int nkb) {
   const int64_t sms = sm_count();
   int best = 1;
@@ -447,12 +488,21 @@ int choose_splits(int64_t tiles, int nkb) {
 void set_fp8_swapab(bool allow) {
   g_enabled = allow;
 }
+void set_fp8_swapab_max_tokens(int64_t n) {
+  OSPREY_CHECK(n >= 0 && n <= kSwapAbMaxTokens, "fp8 swap-AB: at most ", kSwapAbMaxTokens,
+               " tokens, not ", n);
+  g_max_tokens = n;
+}
+void set_fp8_swapab_dense_groups(int groups) {
+  OSPREY_CHECK(groups == 1 || groups == 2, "fp8 swap-AB: 1 or 2 k-blocks a stage, not ", groups);
+  g_dense_groups = groups;
+}
 bool fp8_swapab_enabled() {
   return g_enabled;
 }
 
 bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K) {
-  return g_enabled && device_is_sm90() && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
+  return g_enabled && device_is_sm90() && n >= 1 && n <= g_max_tokens && N >= 1 &&
          K % kGroup == 0 && K > 0;
 }
 
@@ -476,10 +526,12 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
   OSPREY_CHECK(K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
                    N < (int64_t(1) << 31) && is_f32_or_bf16(y_type),
                "fp8_swapab_linear: n ", n, ", N ", N, ", K ", K);
-  const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
+  // One token tile of 16 or 32; past 32 (a bench variant), tiles of 32 side by side (the grid's
+  // fastest dimension), so their weight reads after the first come from L2.
+  const int bn = n <= 16 ? 16 : 32;
   const int64_t row_blocks = (N + kBM - 1) / kBM, ttiles = (n + bn - 1) / bn;
-  const int nkb = int(K / kGroup);
-  const int splits = choose_splits(row_blocks * ttiles, nkb);
+  const int nsb = int((K / kGroup + g_dense_groups - 1) / g_dense_groups);  // stages of K
+  const int splits = choose_splits(row_blocks * ttiles, nsb);
   Params p{};
   p.w8 = w8;
   p.w_scale = w_scale;
@@ -496,11 +548,18 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
         scratch(kScratchGemmSplit, tiles * splits * kConsumers * size_t(bn / 2) * sizeof(float)));
     p.counters = split_counters(tiles);
   }
-  const dim3 grid{unsigned(row_blocks), unsigned(ttiles), unsigned(splits)};
-  if (y_type == DType::F32)
-    launch_dense<float>(p, grid, bn);
-  else
-    launch_dense<bf16>(p, grid, bn);
+  const dim3 grid{unsigned(ttiles), unsigned(row_blocks), unsigned(splits)};
+  if (g_dense_groups == 1) {
+    if (y_type == DType::F32)
+      launch_dense<1, float>(p, grid, bn);
+    else
+      launch_dense<1, bf16>(p, grid, bn);
+  } else {
+    if (y_type == DType::F32)
+      launch_dense<2, float>(p, grid, bn);
+    else
+      launch_dense<2, bf16>(p, grid, bn);
+  }
 }
 
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
@@ -523,7 +582,7 @@ void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, co
   p.hs = hs;
   p.splits = 1;
   static_assert(kSwapAbMoeTileRows == 16);
-  launch<kSwapAbMoeTileRows, kGateUp, float>(p, dim3(unsigned(I / kBM), unsigned(max_tiles), 1));
+  launch<kSwapAbMoeTileRows, kGateUp, 1, float>(p, dim3(unsigned(I / kBM), unsigned(max_tiles), 1));
 }
 
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
@@ -540,7 +599,7 @@ void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, co
   p.K = I;
   p.y = y;
   p.splits = 1;
-  launch<kSwapAbMoeTileRows, kDown, float>(p, dim3(unsigned(D / kBM), unsigned(max_tiles), 1));
+  launch<kSwapAbMoeTileRows, kDown, 2, float>(p, dim3(unsigned(D / kBM), unsigned(max_tiles), 1));
 }
 
 }  // namespace osprey::ops::cuda

@@ -20,18 +20,25 @@ namespace osprey::ops::cuda {
 
 // Rows of one expert per tile of the decode MoE path (the swap-AB kernel's token tile, BN).
 constexpr int kSwapAbMoeTileRows = 16;
-// Largest token count the dense swap-AB path takes (tiles of 64 tokens past 32); above it the
-// GEMM is compute-bound and cuBLASLt's block-scaled FP8 GEMM runs instead.
+// Largest token count the dense swap-AB launcher takes (tiles of 32 tokens past 32). The dispatch
+// uses it up to 32 tokens (fp8_swapab.cu g_max_tokens says why); above, cuBLASLt's block-scaled
+// FP8 GEMM runs.
 constexpr int64_t kSwapAbMaxTokens = 128;
 
 // x [n, K] F32 or BF16 → x8 [n, K] e4m3 and s [n, K/128] F32 as above. K a multiple of 128.
 void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, int64_t n, int64_t K);
 
 // Whether the dense path serves y = x · Wᵀ with n tokens, W [N, K] e4m3 (an sm_90 device, K a
-// multiple of 128, 1 ≤ n ≤ kSwapAbMaxTokens, and not disabled by OSPREY_FP8_SWAPAB=0).
+// multiple of 128, 1 ≤ n ≤ 32 — or the set_fp8_swapab_max_tokens value — and not disabled by
+// OSPREY_FP8_SWAPAB=0).
 bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K);
 // Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
 bool fp8_swapab_enabled();
+// The dense path's k-blocks a pipeline stage (2, the default, or 1): a kernel variant the
+// benchmark compares (bench kernels --op gemm).
+void set_fp8_swapab_dense_groups(int groups);
+// The dispatch's token limit (default 32, at most kSwapAbMaxTokens): a benchmark variant.
+void set_fp8_swapab_max_tokens(int64_t n);
 
 // y [n, N] (F32 or BF16) = x8 · W8ᵀ block-scaled as above; x8 [n, K], xs [n, K/128].
 void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
