@@ -17,9 +17,9 @@
 #include "bench/url.h"
 #include "cli/command.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
@@ -208,8 +208,8 @@ void run(const Args& a) {
         "speculative (mtp, %d draft tokens): %lld drafts verified, %lld accepted: acceptance "
         "rate %.4f, mean accepted length %.3f; %lld engine steps for %lld generated tokens\n",
         spec.num_speculative_tokens, (long long)stats.spec_draft_tokens,
-        (long long)stats.spec_accepted_tokens, acceptance, accepted_length,
-        (long long)stats.steps, (long long)stats.generation_tokens_total);
+        (long long)stats.spec_accepted_tokens, acceptance, accepted_length, (long long)stats.steps,
+        (long long)stats.generation_tokens_total);
   if (!a.outputs.empty()) {
     std::ofstream f(a.outputs);
     if (!f) fail("cannot write --outputs '", a.outputs, "'");

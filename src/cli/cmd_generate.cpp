@@ -5,9 +5,9 @@
 
 #include "cli/command.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
@@ -18,7 +18,7 @@ namespace {
 
 struct Args {
   std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto",
-                                                                speculative_config;
+                                             speculative_config;
   bool raw = false, thinking = false, ignore_eos = false;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
@@ -30,17 +30,16 @@ struct Args {
 // The acceptance figures of a run with --speculative-config, to stderr.
 void print_spec_stats(const SpeculativeConfig& spec, const EngineStats& st) {
   if (!spec.enabled()) return;
-  std::fprintf(stderr,
-               "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
-               "%.2f, %lld steps]\n",
-               spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
-               (long long)st.spec_draft_tokens,
-               st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) /
-                                          double(st.spec_draft_tokens)
-                                    : 0.0,
-               st.spec_verifies ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_verifies)
-                                : 0.0,
-               (long long)st.steps);
+  std::fprintf(
+      stderr,
+      "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
+      "%.2f, %lld steps]\n",
+      spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
+      (long long)st.spec_draft_tokens,
+      st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens)
+                           : 0.0,
+      st.spec_verifies ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_verifies) : 0.0,
+      (long long)st.steps);
 }
 
 void run_tokens(const Args& a, const std::string& dir) {

@@ -23,8 +23,8 @@
 #endif
 
 #include "cli/command.h"
-#include "cli/parallel_flags.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/memory_profile.h"
 #include "engine/tokenizer_decoder.h"

@@ -15,10 +15,11 @@ SchedulerConfig make_sched_config(const DeepseekModel& m, const EngineConfig& cf
   SchedulerConfig s;
   if (cfg.speculative.enabled()) {
     if (!m.has_mtp())
-      fail("--speculative-config method mtp: this model has no MTP layer (config.json "
-           "num_nextn_predict_layers is ",
-           mc.num_nextn_predict_layers, "; the checkpoint must hold model.layers.",
-           mc.num_hidden_layers, ".*): serve it without --speculative-config");
+      fail(
+          "--speculative-config method mtp: this model has no MTP layer (config.json "
+          "num_nextn_predict_layers is ",
+          mc.num_nextn_predict_layers, "; the checkpoint must hold model.layers.",
+          mc.num_hidden_layers, ".*): serve it without --speculative-config");
     if (m.parallel()) fail("--speculative-config is not supported with a parallel model yet");
     s.num_speculative_tokens = cfg.speculative.num_speculative_tokens;
   }
@@ -80,11 +81,10 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
       inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
               (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
               sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens)),
-      drafter_(spec_.enabled()
-                   ? std::make_unique<MtpDrafter>(model, spec_.num_speculative_tokens,
-                                                  sched_cfg_.max_num_batched_tokens,
-                                                  sched_cfg_.max_num_seqs)
-                   : nullptr),
+      drafter_(spec_.enabled() ? std::make_unique<MtpDrafter>(model, spec_.num_speculative_tokens,
+                                                              sched_cfg_.max_num_batched_tokens,
+                                                              sched_cfg_.max_num_seqs)
+                               : nullptr),
       decoders_(std::move(decoders)),
       seed_rng_(cfg.seed ? cfg.seed : std::random_device{}()) {}
 
@@ -144,7 +144,7 @@ bool Engine::check_stop_strings(Live& l) {
   return true;
 }
 
-void Engine::on_token(Live& l, const SampleResult* r, int32_t token, bool ends) {
+bool Engine::on_token(Live& l, const SampleResult* r, int32_t token, bool ends) {
   Sequence& s = *l.seq;
   l.pending.new_tokens.push_back(token);
   if (r && s.params.logprobs >= 0)
@@ -162,8 +162,10 @@ void Engine::on_token(Live& l, const SampleResult* r, int32_t token, bool ends) 
       } else {
         scheduler_.finish(&s, FinishReason::Stop);
       }
+      return true;
     }
   }
+  return false;
 }
 
 RequestOutput Engine::take_output(Live& l) {
@@ -244,8 +246,8 @@ std::vector<RequestOutput> Engine::step() {
       Sequence& s = *e.seq;
       emitted.push_back({&s, rows.size(), {}});
       const int eos = model_.config().eos_token_id;
-      rows.push_back({&s.params, &s.prompt, &s.output, s.seed, eos,
-                      e.num_draft > 0 ? 0 : sampler_key(s)});
+      rows.push_back(
+          {&s.params, &s.prompt, &s.output, s.seed, eos, e.num_draft > 0 ? 0 : sampler_key(s)});
       for (int j = 1; j <= e.num_draft; ++j) {
         std::vector<int32_t> out = s.output;
         out.insert(out.end(), s.draft.begin(), s.draft.begin() + j);
@@ -307,8 +309,9 @@ std::vector<RequestOutput> Engine::step() {
     Live& l = live_.at(em.seq->id);
     for (size_t j = 0; j < em.tokens.size(); ++j) {
       const bool last = j + 1 == em.tokens.size();
-      on_token(l, &results[em.first_row + j], em.tokens[j], last && l.seq->finished());
-      if (!last && l.seq->finished()) {
+      const bool stop_string =
+          on_token(l, &results[em.first_row + j], em.tokens[j], last && l.seq->finished());
+      if (!last && stop_string) {
         // A stop string ended it: the later tokens of this verify are not output.
         l.seq->output.resize(l.seq->output.size() - (em.tokens.size() - j - 1));
         break;

@@ -37,7 +37,7 @@ struct EngineConfig {
   int64_t num_blocks = 0;  // 0: from kv_cache_bytes
   int64_t kv_cache_bytes = int64_t(256) << 20;
   bool enable_prefix_caching = true;
-  uint64_t seed = 0;  // seeds for requests that bring none (0: random)
+  uint64_t seed = 0;              // seeds for requests that bring none (0: random)
   SpeculativeConfig speculative;  // off unless set (the model needs its MTP layer)
 };
 
@@ -120,8 +120,8 @@ class Engine {
     size_t max_stop = 0;  // longest stop string
     RequestOutput pending;
   };
-  // ends: the sequence finished at this token (in commit).
-  void on_token(Live& l, const SampleResult* r, int32_t token, bool ends);
+  // ends: the sequence finished at this token (in commit). True when a stop string ended it.
+  bool on_token(Live& l, const SampleResult* r, int32_t token, bool ends);
   bool check_stop_strings(Live& l);
   RequestOutput take_output(Live& l);
 

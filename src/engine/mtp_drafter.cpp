@@ -55,8 +55,8 @@ Tensor MtpDrafter::device_indices(const std::vector<int32_t>& idx) {
   if (index_host_.empty() || index_host_.view().numel() < n) {
     const int64_t cap = std::max<int64_t>(n, 256);
     index_host_ = Storage(Device::CPU, DType::I32, {cap});
-    index_dev_ = model_.device() == Device::CPU ? index_host_
-                                                : Storage(model_.device(), DType::I32, {cap});
+    index_dev_ =
+        model_.device() == Device::CPU ? index_host_ : Storage(model_.device(), DType::I32, {cap});
   }
   std::copy(idx.begin(), idx.end(), index_host_.view().ptr<int32_t>());
   const Tensor dev = index_dev_.view().rows(0, n);

@@ -70,8 +70,8 @@ class MtpDrafter {
   const DeepseekModel& model_;
   int k_;
   int max_seqs_;
-  Storage main_hidden_;  // [max_num_batched_tokens, D]
-  Storage state_;        // [max_num_seqs, D] (K ≥ 2)
+  Storage main_hidden_;            // [max_num_batched_tokens, D]
+  Storage state_;                  // [max_num_seqs, D] (K ≥ 2)
   std::map<uint64_t, int> slots_;  // Sequence::arrival → row of state_
   std::vector<int> free_slots_;
   Storage index_host_, index_dev_;  // [capacity] I32 staging for row gathers

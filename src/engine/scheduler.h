@@ -36,9 +36,9 @@ struct SchedulerConfig {
 
 struct ScheduledSeq {
   Sequence* seq;
-  int start;       // first token position computed this step
-  int num_tokens;  // tokens computed this step
-  bool sample;     // the chunk reaches the end of the known tokens: sample the next one
+  int start;          // first token position computed this step
+  int num_tokens;     // tokens computed this step
+  bool sample;        // the chunk reaches the end of the known tokens: sample the next one
   int num_draft = 0;  // of num_tokens, draft tokens after the known ones (seq->draft's first)
 };
 

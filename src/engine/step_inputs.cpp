@@ -25,10 +25,10 @@ StepInputs::StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blo
 
 const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   const int n_seqs = int(plan.seqs.size());
-  OSPREY_CHECK(plan.num_tokens <= max_tokens_ && n_seqs <= max_seqs_ &&
-                   plan.num_sampled <= max_logit_rows_,
-               "plan of ", plan.num_tokens, " tokens / ", n_seqs, " sequences / ",
-               plan.num_sampled, " sampled rows exceeds the step budgets");
+  OSPREY_CHECK(
+      plan.num_tokens <= max_tokens_ && n_seqs <= max_seqs_ && plan.num_sampled <= max_logit_rows_,
+      "plan of ", plan.num_tokens, " tokens / ", n_seqs, " sequences / ", plan.num_sampled,
+      " sampled rows exceeds the step budgets");
   int32_t* tok = token_ids_.ptr<int32_t>();
   int32_t* pos = positions_.ptr<int32_t>();
   int64_t* slot = slot_mapping_.ptr<int64_t>();
@@ -51,9 +51,9 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
     lens[r] = e.start + e.num_tokens;
     max_q = std::max(max_q, e.num_tokens);
     const int known = s.num_tokens();
-    OSPREY_CHECK(e.num_draft <= int(s.draft.size()) && e.start + e.num_tokens - e.num_draft <= known,
-                 "sequence ", s.id, ": ", e.num_draft, " drafts scheduled, ", s.draft.size(),
-                 " held");
+    OSPREY_CHECK(
+        e.num_draft <= int(s.draft.size()) && e.start + e.num_tokens - e.num_draft <= known,
+        "sequence ", s.id, ": ", e.num_draft, " drafts scheduled, ", s.draft.size(), " held");
     // A decode: the one known token not yet computed, then the drafts.
     spec_decode = spec_decode && e.num_tokens == 1 + e.num_draft && e.start + 1 == known;
     for (int i = 0; i < e.num_tokens; ++i, ++t) {

@@ -108,8 +108,8 @@ void DeepseekModel::check_mtp(bool needed) const {
   if (!needed) return;
   if (!weights_.has_mtp)
     fail("this model has no MTP layer (config.json num_nextn_predict_layers ",
-         config_.num_nextn_predict_layers,
-         ", and the checkpoint must hold model.layers.", config_.num_hidden_layers,
+         config_.num_nextn_predict_layers, ", and the checkpoint must hold model.layers.",
+         config_.num_hidden_layers,
          ".eh_proj.weight and the rest of the layer): MTP speculative decoding needs one");
   if (comm_) fail("MTP speculative decoding is not supported with a parallel model yet");
 }
@@ -358,8 +358,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   const bool expanded =
       o.path == AttentionPath::Expanded ||
       (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
-       !b.spec_decode &&
-       (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
+       !b.spec_decode && (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;

@@ -65,8 +65,8 @@ class DeepseekModel {
   }
   // Bytes one cache block takes across all layers in the formats make_cache uses.
   int64_t kv_bytes_per_block(bool with_mtp = false) const {
-    return PagedKVCache::bytes_per_block(config_, kBlockSize, device_, fp8_index_keys_,
-                                         fp8_latent_, with_mtp ? 1 : 0);
+    return PagedKVCache::bytes_per_block(config_, kBlockSize, device_, fp8_index_keys_, fp8_latent_,
+                                         with_mtp ? 1 : 0);
   }
   // Whether the weights hold the MTP layer (model_math.md §2.8).
   bool has_mtp() const { return weights_.has_mtp; }

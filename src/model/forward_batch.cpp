@@ -42,8 +42,7 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
       slots_.ptr<int64_t>()[t] =
           int64_t(q.blocks[size_t(pos / block_size)]) * block_size + pos % block_size;
       const size_t logit_row = q.logit_row < 0 ? q.tokens.size() - 1 : size_t(q.logit_row);
-      if (q.all_logits || i == logit_row)
-        logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
+      if (q.all_logits || i == logit_row) logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
     }
   }
   qsl_.ptr<int32_t>()[n_seqs] = int32_t(t);

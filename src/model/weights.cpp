@@ -116,10 +116,11 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
 std::vector<WeightSpec> weight_specs_for(const Checkpoint& ckpt, const ModelConfig& c) {
   const std::vector<WeightSpec> m = mtp_weight_specs(c);
   if (m.empty() || ckpt.contains(mtp_prefix(c) + "eh_proj.weight")) return weight_specs(c);
-  std::fprintf(stderr,
-               "osprey: note: config.json declares %d MTP layer(s) but %s holds no %seh_proj.weight:"
-               " loading the model without its MTP layer (no --speculative-config mtp)\n",
-               c.num_nextn_predict_layers, ckpt.path().c_str(), mtp_prefix(c).c_str());
+  std::fprintf(
+      stderr,
+      "osprey: note: config.json declares %d MTP layer(s) but %s holds no %seh_proj.weight:"
+      " loading the model without its MTP layer (no --speculative-config mtp)\n",
+      c.num_nextn_predict_layers, ckpt.path().c_str(), mtp_prefix(c).c_str());
   return main_weight_specs(c);
 }
 

@@ -69,9 +69,9 @@ struct MtpWeights {
 };
 
 struct ModelWeights {
-  Tensor embed;          // [V, D]
-  Tensor final_norm;     // [D]
-  LinearWeight lm_head;  // [V, D]
+  Tensor embed;                      // [V, D]
+  Tensor final_norm;                 // [D]
+  LinearWeight lm_head;              // [V, D]
   std::vector<LayerWeights> layers;  // num_hidden_layers, then the MTP decoder layer (has_mtp)
   bool has_mtp = false;
   MtpWeights mtp;
