@@ -18,7 +18,7 @@ namespace {
 
 struct Args {
   std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto",
-                                             speculative_config;
+                                             speculative_config, device = "cpu";
   bool raw = false, thinking = false, ignore_eos = false;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
@@ -46,7 +46,8 @@ void run_tokens(const Args& a, const std::string& dir) {
   std::unique_ptr<RankGroup> group;
   if (a.parallel.parallel()) group = std::make_unique<RankGroup>(dir, a.parallel);
   if (serve_worker_ranks(group.get())) return;
-  auto m = group ? group->take_leader() : load_model_cpu(dir);
+  auto m = group ? group->take_leader()
+                 : load_model(dir, a.device == "cuda" ? Device::CUDA : Device::CPU);
   m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);
@@ -135,6 +136,10 @@ void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
   if (a.tokens.empty() == a.prompt.empty())
     fail("generate needs exactly one of --prompt or --tokens");
+  if (a.device != "cpu" && a.device != "cuda")
+    fail("--device must be cpu or cuda, got '", a.device, "'");
+  if (a.device == "cuda" && (a.tokens.empty() || a.parallel.parallel()))
+    fail("--device cuda applies to --tokens on one GPU (serve runs text prompts on the GPU)");
   parse_kv_cache_dtype(a.kv_cache_dtype);  // a bad value fails before the model loads
   SpeculativeConfig::parse(a.speculative_config);
   const std::string dir = resolve_model_dir(a.model);
@@ -152,6 +157,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--prompt", args->prompt, "the user message (chat-formatted unless --raw)");
   sub->add_option("--tokens", args->tokens, "comma-separated prompt token ids: greedy ids out");
   sub->add_option("--system", args->system, "a system message");
+  sub->add_option("--device", args->device, "cpu (default) | cuda (with --tokens)");
   sub->add_option("--chat-format", args->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple");
   sub->add_option("--kv-cache-dtype", args->kv_cache_dtype,

@@ -37,6 +37,16 @@ std::string mtp_model_dir(bool fp8) {
   const std::string dir = (fs::temp_directory_path() /
                            ("osprey_test_mtp_" + std::to_string(::getpid()) + (fp8 ? "_fp8" : "")))
                               .string();
+  // Removed when the test process ends.
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  };
+  static Cleanup plain_dir, fp8_dir;
+  (fp8 ? fp8_dir : plain_dir).dir = dir;
   if (!fs::exists(fs::path(dir) / "config.json")) {
     ModelConfig c = preset_config("v32-tiny");
     c.num_nextn_predict_layers = 1;
