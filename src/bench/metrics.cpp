@@ -110,6 +110,14 @@ std::string format_report(const ServeMetrics& m, const ReportHeader& h) {
     row(out, "Engine steps during the run:", num(m.step->steps, 0));
     row(out, "Mean step time (ms):", num(m.step->mean_ms()));
   }
+  if (m.spec) {
+    title(out, "Speculative Decoding", '-');
+    row(out, "Verify steps (per sequence):", num(m.spec->verifies, 0));
+    row(out, "Draft tokens verified:", num(m.spec->draft_tokens, 0));
+    row(out, "Draft tokens accepted:", num(m.spec->accepted, 0));
+    row(out, "Acceptance rate (%):", num(100 * m.spec->acceptance_rate()));
+    row(out, "Mean accepted length:", num(m.spec->mean_accepted_length()));
+  }
   out += std::string(kWidth, '=') + "\n";
   return out;
 }

@@ -19,6 +19,16 @@ struct StepTimes {  // from the server's osprey_step_duration_seconds histogram 
   double mean_ms() const { return steps > 0 ? total_s / steps * 1e3 : 0; }
 };
 
+// From the server's osprey_spec_decode_* counters over the run (speculative decoding on).
+struct SpecDecodeCounts {
+  double verifies = 0;      // sequence-steps that verified drafts
+  double draft_tokens = 0;  // drafts verified
+  double accepted = 0;      // drafts accepted
+  double acceptance_rate() const { return draft_tokens > 0 ? accepted / draft_tokens : 0; }
+  // Tokens per verify (the bonus token counted): 1 + accepted / verifies.
+  double mean_accepted_length() const { return verifies > 0 ? 1 + accepted / verifies : 0; }
+};
+
 struct ServeMetrics {
   size_t completed = 0, failed = 0;
   double duration_s = 0;
@@ -30,6 +40,7 @@ struct ServeMetrics {
   std::vector<double> percentiles;    // which percentiles the summaries hold, e.g. {99}
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   std::optional<StepTimes> step;
+  std::optional<SpecDecodeCounts> spec;  // when the server verified drafts during the run
 };
 
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, double duration_s,

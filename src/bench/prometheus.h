@@ -18,4 +18,12 @@ std::optional<HistogramTotals> find_histogram(std::string_view text, std::string
 
 inline constexpr std::string_view kStepHistogram = "osprey_step_duration_seconds";
 
+// The value of counter or gauge `name` in `text` (summed over label sets); nullopt when absent.
+std::optional<double> find_counter(std::string_view text, std::string_view name);
+
+// The speculative-decoding counters (server/metrics.h).
+inline constexpr std::string_view kSpecDrafts = "osprey_spec_decode_num_drafts_total";
+inline constexpr std::string_view kSpecDraftTokens = "osprey_spec_decode_num_draft_tokens_total";
+inline constexpr std::string_view kSpecAccepted = "osprey_spec_decode_num_accepted_tokens_total";
+
 }  // namespace osprey::bench

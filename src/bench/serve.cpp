@@ -42,12 +42,17 @@ std::string served_model(const HttpTarget& target) {
   return j["data"][0]["id"].get<std::string>();
 }
 
-// The step-time histogram now into `out`; false when the server has no /metrics or no such
-// histogram.
-bool read_step_histogram(const HttpTarget& target, HistogramTotals& out) {
+// The step-time histogram now into `out` (and the speculative-decoding counters into `spec`
+// when the server has them); false when the server has no /metrics or no such histogram.
+bool read_step_histogram(const HttpTarget& target, HistogramTotals& out,
+                         std::optional<SpecDecodeCounts>& spec) {
   try {
     HttpResponse r = http_get(target, "/metrics", kGetTimeoutS);
     if (r.status != 200) return false;
+    const std::optional<double> v = find_counter(r.body, kSpecDrafts);
+    const std::optional<double> d = find_counter(r.body, kSpecDraftTokens);
+    const std::optional<double> a = find_counter(r.body, kSpecAccepted);
+    if (v && d && a) spec = SpecDecodeCounts{*v, *d, *a};
     const std::optional<HistogramTotals> h = find_histogram(r.body, kStepHistogram);
     if (h) out = *h;
     return h.has_value();
@@ -122,6 +127,12 @@ json result_json(const ServeOptions& o, const ServeResult& r, size_t inexact_pro
   if (m.step)
     j["server_step"] = {
         {"steps", m.step->steps}, {"total_s", m.step->total_s}, {"mean_ms", m.step->mean_ms()}};
+  if (m.spec)
+    j["spec_decode"] = {{"verifies", m.spec->verifies},
+                        {"draft_tokens", m.spec->draft_tokens},
+                        {"accepted_tokens", m.spec->accepted},
+                        {"acceptance_rate", m.spec->acceptance_rate()},
+                        {"mean_accepted_length", m.spec->mean_accepted_length()}};
   // vLLM's per-request lists (seconds), then ours with everything.
   json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(),
        itls = json::array(), errors = json::array(), requests = json::array();
@@ -262,15 +273,20 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
   std::fflush(stdout);
 
   HistogramTotals steps_before, steps_after;
-  const bool have_before = read_step_histogram(target, steps_before);
+  std::optional<SpecDecodeCounts> spec_before, spec_after;
+  const bool have_before = read_step_histogram(target, steps_before, spec_before);
   RunOutcome outcome = run_requests(target, planned, run);
-  const bool have_after = have_before && read_step_histogram(target, steps_after);
+  const bool have_after = have_before && read_step_histogram(target, steps_after, spec_after);
 
   result.requests = std::move(outcome.results);
   result.metrics = compute_metrics(result.requests, outcome.duration_s, o.percentiles);
   if (have_after && steps_after.count > steps_before.count)
     result.metrics.step =
         StepTimes{steps_after.count - steps_before.count, steps_after.sum - steps_before.sum};
+  if (spec_before && spec_after && spec_after->verifies > spec_before->verifies)
+    result.metrics.spec = SpecDecodeCounts{spec_after->verifies - spec_before->verifies,
+                                           spec_after->draft_tokens - spec_before->draft_tokens,
+                                           spec_after->accepted - spec_before->accepted};
 
   ReportHeader header;
   if (o.max_concurrency > 0) header.max_concurrency = o.max_concurrency;

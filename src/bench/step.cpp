@@ -107,6 +107,26 @@ void run_step_benchmark(const StepOptions& o) {
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});
   }
+  for (int B : o.spec_tokens > 0 ? o.batches : std::vector<int>{}) {
+    const int K = o.spec_tokens;
+    std::vector<SeqStep> seqs;
+    for (int s = 0; s < B; ++s) {
+      std::vector<int32_t> t(static_cast<size_t>(1 + K));
+      for (auto& x : t) x = tok(rng);
+      seqs.push_back(SeqStep{t, int32_t(o.context - 1), blocks_of(s), true});
+    }
+    OwnedBatch owned(seqs, kBlockSize);
+    ForwardBatch batch = owned.batch();
+    batch.spec_decode = true;  // the decode (absorbed) path with s_q = 1 + K, as the engine runs it
+    Buffer logits(DType::F32, {int64_t(B) * (1 + K), c.vocab_size});
+    const auto t =
+        ops::cuda::time_events([&] { model.forward(batch, cache, logits); }, o.warmup, o.iters);
+    rows.push_back(
+        {"verify B=" + std::to_string(B) + " K=" + std::to_string(K), t,
+         decode_cost(c, fp8, B, o.context,
+                     PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
+         B});
+  }
   if (o.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(o.prefill));
     for (auto& x : prompt) x = tok(rng);
@@ -133,6 +153,13 @@ void run_step_benchmark(const StepOptions& o) {
       "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
       "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
       o.iters, o.prefill_iters);
+  if (o.spec_tokens > 0)
+    std::printf(
+        "(verify rows: each sequence's token + %d drafts through the decode path, logits of every "
+        "row; GB and tok/s as its decode row: the bytes a decode reads, B sequences. With mean "
+        "accepted length L (tokens per verify), MTP decoding gives L tokens per verify step + %d "
+        "MTP layer steps)\n",
+        o.spec_tokens, o.spec_tokens);
 }
 
 #endif

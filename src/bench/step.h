@@ -20,6 +20,9 @@ struct StepOptions {
   uint64_t seed = 0;
   bool fp8 = true;  // dummy weights: FP8 linears (as the checkpoint would have them)
   std::string kv_cache_dtype = "auto";  // the latent cache: auto (BF16) | bf16 | fp8
+  // > 0: also time, at each batch size, a speculative verify step: every sequence brings its
+  // token + spec_tokens drafts (s_q = 1 + K on the decode path, logits of every row).
+  int spec_tokens = 0;
 };
 
 void run_step_benchmark(const StepOptions& o);

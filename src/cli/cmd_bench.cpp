@@ -154,6 +154,10 @@ void add_step(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--context", a->context, "context length of every decoding sequence")
       ->capture_default_str();
+  sub->add_option("--spec-tokens", a->spec_tokens,
+                  "also time a speculative verify step per batch size: 1 + this many tokens per "
+                  "sequence (MTP's K, 0: none)")
+      ->check(CLI::Range(0, 3));
   sub->add_option("--prefill", a->prefill, "also time a prefill of this many tokens (0: none)")
       ->capture_default_str();
   sub->add_option("--warmup", a->warmup, "untimed decode steps first")->capture_default_str();

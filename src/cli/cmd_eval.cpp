@@ -17,9 +17,9 @@
 #include "bench/url.h"
 #include "cli/command.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
@@ -34,7 +34,7 @@ struct Args {
   std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
                                    failures = "arith_failures.jsonl";
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
-                      fp8_gemm = "w8a8", kv_cache_dtype = "auto";
+                      fp8_gemm = "w8a8", kv_cache_dtype = "auto", speculative_config, outputs;
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
@@ -45,7 +45,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::ArithProblem>& ps,
-                                        std::string* label) {
+                                        std::string* label, EngineStats* stats) {
   const std::string dir = resolve_model_dir(a.model);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
@@ -87,6 +87,11 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
       int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
   ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * a.batch;
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
+  ec.speculative = SpeculativeConfig::parse(a.speculative_config);
+  ec.max_num_batched_tokens =
+      std::max(ec.max_num_batched_tokens, a.batch * (1 + ec.speculative.num_speculative_tokens));
+  if (ec.speculative.enabled())
+    *label += " (MTP, " + std::to_string(ec.speculative.num_speculative_tokens) + " draft tokens)";
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   SamplingParams sp;
   sp.temperature = 0.0f;
@@ -104,6 +109,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
                  seconds_since(t0));
   }
   std::fprintf(stderr, "\n");
+  *stats = e.stats();
   return outputs;
 }
 
@@ -157,6 +163,9 @@ void run(const Args& a) {
   if (a.device != "cpu" && a.device != "cuda")
     fail("--device must be cpu or cuda, got '", a.device, "'");
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
+  const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);  // fails early
+  if (!a.server.empty() && spec.enabled())
+    fail("--speculative-config acts on the model here: use --model (the server takes its own)");
   if (!a.server.empty() &&
       (a.device != "cpu" || a.bf16_index_keys || kv_dtype != KvCacheDtype::Auto))
     fail(
@@ -178,8 +187,9 @@ void run(const Args& a) {
   if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
   const auto t0 = std::chrono::steady_clock::now();
   std::string label;
+  EngineStats stats;
   const std::vector<std::string> outputs =
-      a.server.empty() ? answer_offline(a, ps, &label) : answer_server(a, ps, &label);
+      a.server.empty() ? answer_offline(a, ps, &label, &stats) : answer_server(a, ps, &label);
   const double secs = seconds_since(t0);
   const eval::EvalSummary s = eval::score_outputs(ps, outputs, a.failures);
   std::printf("arith: %s\n", label.c_str());
@@ -187,6 +197,25 @@ void run(const Args& a) {
               s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
               (long long)s.invalid, secs);
   std::printf("failures: %s (%lld)\n", a.failures.c_str(), (long long)(s.n - s.correct));
+  const double acceptance =
+      stats.spec_draft_tokens ? double(stats.spec_accepted_tokens) / double(stats.spec_draft_tokens)
+                              : 0.0;
+  const double accepted_length =
+      stats.spec_verifies ? 1.0 + double(stats.spec_accepted_tokens) / double(stats.spec_verifies)
+                          : 0.0;
+  if (spec.enabled())
+    std::printf(
+        "speculative (mtp, %d draft tokens): %lld drafts verified, %lld accepted: acceptance "
+        "rate %.4f, mean accepted length %.3f; %lld engine steps for %lld generated tokens\n",
+        spec.num_speculative_tokens, (long long)stats.spec_draft_tokens,
+        (long long)stats.spec_accepted_tokens, acceptance, accepted_length, (long long)stats.steps,
+        (long long)stats.generation_tokens_total);
+  if (!a.outputs.empty()) {
+    std::ofstream f(a.outputs);
+    if (!f) fail("cannot write --outputs '", a.outputs, "'");
+    for (size_t i = 0; i < outputs.size(); ++i)
+      f << nlohmann::json{{"index", i}, {"output", outputs[i]}}.dump() << "\n";
+  }
   if (!a.report.empty()) {
     std::ofstream f(a.report);
     if (!f) fail("cannot write the report '", a.report, "'");
@@ -205,7 +234,14 @@ void run(const Args& a) {
                               {"bf16_index_keys", a.bf16_index_keys},
                               {"fp8_gemm", a.fp8_gemm},
                               {"kv_cache_dtype", a.kv_cache_dtype},
-                              {"seconds", secs}};
+                              {"seconds", secs},
+                              {"speculative_tokens", spec.num_speculative_tokens},
+                              {"spec_draft_tokens", stats.spec_draft_tokens},
+                              {"spec_accepted_tokens", stats.spec_accepted_tokens},
+                              {"spec_acceptance_rate", acceptance},
+                              {"spec_mean_accepted_length", accepted_length},
+                              {"engine_steps", stats.steps},
+                              {"generation_tokens", stats.generation_tokens_total}};
     f << j.dump(1) << "\n";
   }
 }
@@ -238,6 +274,11 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--failures", a->failures,
                   "JSONL of the wrong answers (default arith_failures.jsonl)");
   sub->add_option("--report", a->report, "also write the summary as JSON here");
+  sub->add_option("--outputs", a->outputs,
+                  "also write every answer's text as JSONL here (to compare two runs)");
+  sub->add_option("--speculative-config", a->speculative_config,
+                  "--model: speculative decoding, e.g. '{\"method\": \"mtp\", "
+                  "\"num_speculative_tokens\": 2}' (the model's MTP layer drafts 1 to 3 tokens)");
   sub->add_option("--chat-format", a->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
   sub->add_option("--max-tokens", a->max_tokens, "tokens per answer at most (default 256)");

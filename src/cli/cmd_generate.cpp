@@ -5,9 +5,9 @@
 
 #include "cli/command.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
@@ -17,7 +17,8 @@ namespace osprey::cli {
 namespace {
 
 struct Args {
-  std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto";
+  std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto",
+                                             speculative_config, device = "cpu";
   bool raw = false, thinking = false, ignore_eos = false;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
@@ -26,23 +27,60 @@ struct Args {
   dist::ParallelConfig parallel;
 };
 
+// The acceptance figures of a run with --speculative-config, to stderr.
+void print_spec_stats(const SpeculativeConfig& spec, const EngineStats& st) {
+  if (!spec.enabled()) return;
+  std::fprintf(
+      stderr,
+      "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
+      "%.2f, %lld steps]\n",
+      spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
+      (long long)st.spec_draft_tokens,
+      st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens)
+                           : 0.0,
+      st.spec_verifies ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_verifies) : 0.0,
+      (long long)st.steps);
+}
+
 void run_tokens(const Args& a, const std::string& dir) {
   std::unique_ptr<RankGroup> group;
   if (a.parallel.parallel()) group = std::make_unique<RankGroup>(dir, a.parallel);
   if (serve_worker_ranks(group.get())) return;
-  auto m = group ? group->take_leader() : load_model_cpu(dir);
+  auto m = group ? group->take_leader()
+                 : load_model(dir, a.device == "cuda" ? Device::CUDA : Device::CPU);
   m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
-  GreedyOptions o;
-  o.max_new_tokens = a.max_tokens;
-  o.stop_at_eos = !a.ignore_eos;
+  const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int32_t> out = greedy_generate(*m, ids, o);
+  std::vector<int32_t> out;
+  EngineStats stats;
+  if (spec.enabled()) {
+    // Through the engine (drafts verified by the model), greedy like the plain path.
+    EngineConfig ec;
+    ec.max_num_seqs = 1;
+    ec.max_model_len = int(std::min<int64_t>(m->config().max_position_embeddings,
+                                             int64_t(ids.size()) + a.max_tokens + 1));
+    ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+    ec.speculative = spec;
+    Engine e(*m, ec);
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = a.max_tokens;
+    p.ignore_eos = a.ignore_eos;
+    out = e.generate({ids}, {p})[0].tokens;
+    stats = e.stats();
+  } else {
+    GreedyOptions o;
+    o.max_new_tokens = a.max_tokens;
+    o.stop_at_eos = !a.ignore_eos;
+    out = greedy_generate(*m, ids, o);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
   std::printf("\n");
   std::fflush(stdout);
   std::fprintf(stderr, "%zu prompt + %zu generated tokens in %.3f s\n", ids.size(), out.size(), s);
+  print_spec_stats(spec, stats);
 }
 
 void run_prompt(const Args& a, const std::string& dir) {
@@ -75,6 +113,7 @@ void run_prompt(const Args& a, const std::string& dir) {
   ec.max_model_len = int(std::min<int64_t>(b.model->config().max_position_embeddings,
                                            int64_t(prompt.size()) + a.max_tokens + 1));
   ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+  ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   const auto t0 = std::chrono::steady_clock::now();
   e.add_request(1, prompt, p);
@@ -90,13 +129,19 @@ void run_prompt(const Args& a, const std::string& dir) {
   std::fflush(stdout);
   std::fprintf(stderr, "[%s: %zu prompt tokens, %d generated in %.3f s, finish: %s]\n", dir.c_str(),
                prompt.size(), last.completion_tokens, s, finish_reason_name(last.finish_reason));
+  print_spec_stats(ec.speculative, e.stats());
 }
 
 void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
   if (a.tokens.empty() == a.prompt.empty())
     fail("generate needs exactly one of --prompt or --tokens");
+  if (a.device != "cpu" && a.device != "cuda")
+    fail("--device must be cpu or cuda, got '", a.device, "'");
+  if (a.device == "cuda" && (a.tokens.empty() || a.parallel.parallel()))
+    fail("--device cuda applies to --tokens on one GPU (serve runs text prompts on the GPU)");
   parse_kv_cache_dtype(a.kv_cache_dtype);  // a bad value fails before the model loads
+  SpeculativeConfig::parse(a.speculative_config);
   const std::string dir = resolve_model_dir(a.model);
   if (!a.tokens.empty())
     run_tokens(a, dir);
@@ -112,6 +157,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--prompt", args->prompt, "the user message (chat-formatted unless --raw)");
   sub->add_option("--tokens", args->tokens, "comma-separated prompt token ids: greedy ids out");
   sub->add_option("--system", args->system, "a system message");
+  sub->add_option("--device", args->device, "cpu (default) | cuda (with --tokens)");
   sub->add_option("--chat-format", args->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple");
   sub->add_option("--kv-cache-dtype", args->kv_cache_dtype,
@@ -125,6 +171,9 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
+  sub->add_option("--speculative-config", args->speculative_config,
+                  "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
+                  "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");
   add_parallel_flags(sub, args->parallel);
   sub->callback([args] { run(*args); });
 }

@@ -12,7 +12,7 @@ namespace {
 struct Args {
   std::string preset, config, out, dtype = "bf16";
   uint64_t seed = 0;
-  bool fp8 = false, ue8m0 = false, config_only = false;
+  bool fp8 = false, ue8m0 = false, config_only = false, mtp = false;
   int layers = 0;
   double shard_gb = 4.0;
 };
@@ -22,6 +22,7 @@ void run(const Args& a) {
     fail("make-model needs exactly one of --preset or --config");
   ModelConfig c = a.preset.empty() ? ModelConfig::from_file(a.config) : preset_config(a.preset);
   if (a.layers > 0) c.num_hidden_layers = a.layers;
+  if (a.mtp) c.num_nextn_predict_layers = 1;
   MakeModelOptions o;
   o.seed = a.seed;
   o.fp8 = a.fp8 || a.ue8m0;
@@ -45,8 +46,9 @@ void run(const Args& a) {
     return;
   }
   make_model(c, a.out, o);
-  std::printf("wrote %s (%s, %d layers%s)\n", a.out.c_str(), c.model_type_name.c_str(),
-              c.num_hidden_layers, o.fp8 ? (o.ue8m0 ? ", fp8 ue8m0" : ", fp8") : "");
+  std::printf("wrote %s (%s, %d layers%s%s)\n", a.out.c_str(), c.model_type_name.c_str(),
+              c.num_hidden_layers, c.num_nextn_predict_layers > 0 ? " + MTP layer" : "",
+              o.fp8 ? (o.ue8m0 ? ", fp8 ue8m0" : ", fp8") : "");
 }
 
 void register_cmd(CLI::App& app) {
@@ -61,6 +63,9 @@ void register_cmd(CLI::App& app) {
                 "quantize linear weights to FP8 e4m3 with 128x128 block scales");
   sub->add_flag("--ue8m0", args->ue8m0, "FP8 with power-of-two (ue8m0) scales");
   sub->add_option("--layers", args->layers, "override num_hidden_layers");
+  sub->add_flag("--mtp", args->mtp,
+                "add DeepSeek's MTP layer (num_nextn_predict_layers 1: model.layers.{layers}.*, "
+                "for --speculative-config mtp)");
   sub->add_option("--shard-gb", args->shard_gb, "largest shard size in GiB");
   sub->add_flag("--config-only", args->config_only,
                 "write config.json alone (serve/bench it with --load-format dummy)");

@@ -23,8 +23,8 @@
 #endif
 
 #include "cli/command.h"
-#include "cli/parallel_flags.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/memory_profile.h"
 #include "engine/tokenizer_decoder.h"
@@ -39,7 +39,7 @@ struct Args {
   dist::ParallelConfig parallel;
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
                      load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto",
-                     tool_call_parser = "auto", reasoning_parser = "auto";
+                     tool_call_parser = "auto", reasoning_parser = "auto", speculative_config;
   int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
       io_threads = 2;
   int64_t num_blocks_override = 0;
@@ -232,6 +232,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   if (!(a.kv_cache_memory_gb > 0))
     fail("--kv-cache-memory must be a positive number of GiB, got ", a.kv_cache_memory_gb);
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
+  const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);  // fails early
   const std::string dir = resolve_model_dir(a.model);
   if (cuda) check_cuda_fits(dir, a.load_format == "dummy");
   ModelBundleOptions bo;
@@ -281,6 +282,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
 #endif
   ec.enable_prefix_caching = !a.no_prefix_caching;
   ec.seed = a.seed;
+  ec.speculative = spec;
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
@@ -357,6 +359,11 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--api-key", a->api_key, "required Bearer key for /v1 (also $OSPREY_API_KEY)");
   sub->add_option("--device", a->device, "cpu | cuda");
   add_parallel_flags(sub, a->parallel);
+  sub->add_option("--speculative-config", a->speculative_config,
+                  "speculative decoding as JSON, e.g. '{\"method\": \"mtp\", "
+                  "\"num_speculative_tokens\": 2}': the model's MTP layer drafts 1 to 3 tokens "
+                  "per step, verified in one step (greedy output unchanged; sampling keeps the "
+                  "target distribution)");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
                   "latent KV cache: auto (default: F32 on cpu, BF16 on cuda) | bf16 (cuda) | fp8 "
                   "(DeepSeek's fp8_ds_mla: e4m3 + a scale per 128, rope bf16: 656 B per token and "

@@ -4,13 +4,25 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/spec_verify.h"
 
 namespace osprey {
 
 namespace {
 
-SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg) {
+SchedulerConfig make_sched_config(const DeepseekModel& m, const EngineConfig& cfg) {
+  const ModelConfig& mc = m.config();
   SchedulerConfig s;
+  if (cfg.speculative.enabled()) {
+    if (!m.has_mtp())
+      fail(
+          "--speculative-config method mtp: this model has no MTP layer (config.json "
+          "num_nextn_predict_layers is ",
+          mc.num_nextn_predict_layers, "; the checkpoint must hold model.layers.",
+          mc.num_hidden_layers, ".*): serve it without --speculative-config");
+    if (m.parallel()) fail("--speculative-config is not supported with a parallel model yet");
+    s.num_speculative_tokens = cfg.speculative.num_speculative_tokens;
+  }
   s.max_num_seqs = cfg.max_num_seqs;
   s.max_num_batched_tokens = cfg.max_num_batched_tokens;
   s.block_size = kBlockSize;
@@ -26,7 +38,7 @@ SchedulerConfig make_sched_config(const ModelConfig& mc, const EngineConfig& cfg
 }
 
 int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
-  const int64_t per_block = m.kv_bytes_per_block();
+  const int64_t per_block = m.kv_bytes_per_block(s.num_speculative_tokens > 0);
   const int64_t n = cfg.num_blocks > 0 ? cfg.num_blocks : cfg.kv_cache_bytes / per_block;
   const int64_t need = (int64_t(s.max_model_len) + kBlockSize - 1) / kBlockSize;
   if (n < need) {
@@ -61,12 +73,18 @@ uint64_t sampler_key(const Sequence& s) {
 
 Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders)
     : model_(model),
-      sched_cfg_(make_sched_config(model.config(), cfg)),
+      spec_(cfg.speculative),
+      sched_cfg_(make_sched_config(model, cfg)),
       pool_(num_blocks_for(model, cfg, sched_cfg_)),
-      cache_(model.make_cache(pool_.n_blocks())),
+      cache_(model.make_cache(pool_.n_blocks(), spec_.enabled())),
       scheduler_(sched_cfg_, pool_),
       inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
-              (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize),
+              (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
+              sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens)),
+      drafter_(spec_.enabled() ? std::make_unique<MtpDrafter>(model, spec_.num_speculative_tokens,
+                                                              sched_cfg_.max_num_batched_tokens,
+                                                              sched_cfg_.max_num_seqs)
+                               : nullptr),
       decoders_(std::move(decoders)),
       seed_rng_(cfg.seed ? cfg.seed : std::random_device{}()) {}
 
@@ -126,17 +144,28 @@ bool Engine::check_stop_strings(Live& l) {
   return true;
 }
 
-void Engine::on_token(Live& l, const SampleResult* r, int32_t token) {
+bool Engine::on_token(Live& l, const SampleResult* r, int32_t token, bool ends) {
   Sequence& s = *l.seq;
   l.pending.new_tokens.push_back(token);
   if (r && s.params.logprobs >= 0)
     l.pending.logprobs.push_back({token, r->logprob, r->top_logprobs});
   // The token that stopped the sequence (EOS, a stop id) is not part of the text.
-  const bool stop_token = s.finished() && s.finish == FinishReason::Stop && s.stop_token == token;
+  const bool stop_token = ends && s.finish == FinishReason::Stop && s.stop_token == token;
   if (l.decoder && !stop_token) {
     l.text += l.decoder->push(token);
-    if (!s.finished() && check_stop_strings(l)) scheduler_.finish(&s, FinishReason::Stop);
+    if (!ends && check_stop_strings(l)) {
+      if (s.finished()) {
+        // Finished by a later token of the same verify step (EOS, length): the stop string,
+        // which comes first, is the reason.
+        s.finish = FinishReason::Stop;
+        s.stop_token = -1;
+      } else {
+        scheduler_.finish(&s, FinishReason::Stop);
+      }
+      return true;
+    }
   }
+  return false;
 }
 
 RequestOutput Engine::take_output(Live& l) {
@@ -173,10 +202,25 @@ std::vector<RequestOutput> Engine::step() {
 
   const auto t0 = std::chrono::steady_clock::now();
   const StepPlan plan = scheduler_.schedule();
-  std::vector<int32_t> tokens;
+  // Per sampled plan entry: its sequence, first sample row, and the tokens it emits.
+  struct Emitted {
+    Sequence* seq;
+    size_t first_row;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Emitted> emitted;
   std::vector<SampleResult> results;
-  std::vector<Sequence*> sampled_seqs;
   if (!plan.empty()) {
+    if (drafter_) {
+      std::vector<Sequence*> seqs;
+      std::vector<int> want;
+      for (const ScheduledSeq& e : plan.seqs)
+        if (e.num_draft > 0) {
+          seqs.push_back(e.seq);
+          want.push_back(e.num_draft);
+        }
+      drafter_->extend(seqs, want, cache_);
+    }
     const ForwardBatch& batch = inputs_.build(plan);
     // [num_sampled, vocab] on the model's device: sampled there, only the ids come back.
     const int64_t vocab = model_.config().vocab_size;
@@ -184,25 +228,95 @@ std::vector<RequestOutput> Engine::step() {
       logits_ = Storage(model_.device(), DType::F32,
                         {std::max<int64_t>(plan.num_sampled, sched_cfg_.max_num_seqs), vocab});
     const Tensor logits = logits_.view().rows(0, plan.num_sampled);
-    model_.forward(batch, cache_, logits);
+    ForwardOptions fo;
+    if (drafter_) fo.hidden_out = drafter_->main_hidden(batch.attn.n_tokens);
+    model_.forward(batch, cache_, logits, fo);
     std::vector<SamplingRow> rows;
+    // Verify rows see the output as it would be with the drafts before them accepted: their
+    // step counter (the uniform's index), min_tokens and penalties (rebuilt, without a state key)
+    // are those plain decoding would use at that output position.
+    std::vector<std::vector<int32_t>> draft_outputs;
+    size_t n_draft_rows = 0;
+    for (const ScheduledSeq& e : plan.seqs) n_draft_rows += e.sample ? size_t(e.num_draft) : 0;
+    draft_outputs.reserve(n_draft_rows);
     for (const ScheduledSeq& e : plan.seqs) {
-      for (int i = 0; i < e.num_tokens; ++i)
+      for (int i = 0; i < e.num_tokens - e.num_draft; ++i)
         if (e.start + i < int(e.seq->prompt.size())) ++counters_.prompt_tokens_total;
       if (!e.sample) continue;
-      rows.push_back({&e.seq->params, &e.seq->prompt, &e.seq->output, e.seq->seed,
-                      model_.config().eos_token_id, sampler_key(*e.seq)});
-      sampled_seqs.push_back(e.seq);
+      Sequence& s = *e.seq;
+      emitted.push_back({&s, rows.size(), {}});
+      const int eos = model_.config().eos_token_id;
+      rows.push_back(
+          {&s.params, &s.prompt, &s.output, s.seed, eos, e.num_draft > 0 ? 0 : sampler_key(s)});
+      for (int j = 1; j <= e.num_draft; ++j) {
+        std::vector<int32_t> out = s.output;
+        out.insert(out.end(), s.draft.begin(), s.draft.begin() + j);
+        draft_outputs.push_back(std::move(out));
+        rows.push_back({&s.params, &s.prompt, &draft_outputs.back(), s.seed, eos, 0});
+      }
     }
     sampler_.sample(logits, rows, &results);
-    for (const SampleResult& r : results) tokens.push_back(r.token);
-    scheduler_.commit(plan, tokens);
-    counters_.generation_tokens_total += int64_t(tokens.size());
+    std::vector<MtpDrafter::Kept> kept;
+    size_t k = 0;
+    for (const ScheduledSeq& e : plan.seqs) {
+      std::vector<int32_t> targets;
+      Emitted* em = nullptr;
+      if (e.sample) {
+        em = &emitted[k++];
+        for (int j = 0; j <= e.num_draft; ++j) targets.push_back(results[em->first_row + j].token);
+        const std::span<const int32_t> drafts(e.seq->draft.data(), size_t(e.num_draft));
+        em->tokens = verify_drafts(drafts, targets);
+        if (e.num_draft > 0) {
+          ++counters_.spec_verifies;
+          counters_.spec_draft_tokens += e.num_draft;
+          counters_.spec_accepted_tokens += int64_t(em->tokens.size()) - 1;
+        }
+      }
+      if (!drafter_ || e.seq->finished()) continue;
+      // The positions whose main entries stay, and the token after each (known, then emitted).
+      MtpDrafter::Kept kp;
+      kp.seq = e.seq;
+      kp.start = e.start;
+      kp.row = batch.attn.query_start_loc.ptr<int32_t>()[&e - plan.seqs.data()];
+      kp.propose = e.sample;
+      const int n_keep = e.num_tokens - e.num_draft + (em ? int(em->tokens.size()) - 1 : 0);
+      const int known = e.seq->num_tokens();
+      for (int p = e.start + 1; p <= e.start + n_keep; ++p)
+        kp.next_tokens.push_back(p < known ? e.seq->token(p) : em->tokens[size_t(p - known)]);
+      kept.push_back(std::move(kp));
+    }
+    std::vector<int32_t> first_drafts;
+    if (drafter_) first_drafts = drafter_->catch_up(kept, cache_);
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<size_t> before;  // output length before commit
+    for (Emitted& em : emitted) {
+      tokens.push_back(em.tokens);
+      before.push_back(em.seq->output.size());
+    }
+    scheduler_.commit_verified(plan, tokens);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      Sequence* s = const_cast<Sequence*>(kept[i].seq);
+      if (kept[i].propose && !s->finished()) s->draft = {first_drafts[i]};
+    }
+    // What commit appended: the emitted tokens up to the first that finished the sequence.
+    for (size_t i = 0; i < emitted.size(); ++i) {
+      emitted[i].tokens.resize(emitted[i].seq->output.size() - before[i]);
+      counters_.generation_tokens_total += int64_t(emitted[i].tokens.size());
+    }
     ++counters_.steps;
   }
-  for (size_t i = 0; i < sampled_seqs.size(); ++i) {
-    Live& l = live_.at(sampled_seqs[i]->id);
-    on_token(l, &results[i], tokens[i]);
+  for (const Emitted& em : emitted) {
+    Live& l = live_.at(em.seq->id);
+    for (size_t j = 0; j < em.tokens.size(); ++j) {
+      const bool last = j + 1 == em.tokens.size();
+      const bool stop_string =
+          on_token(l, &results[em.first_row + j], em.tokens[j], last && l.seq->finished());
+      if (!last && stop_string) {
+        // A stop string ended it: the later tokens of this verify are not output.
+        l.seq->output.resize(l.seq->output.size() - (em.tokens.size() - j - 1));
+        break;
+      }
+    }
   }
   counters_.last_step_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -213,6 +327,7 @@ std::vector<RequestOutput> Engine::step() {
     if (l.seq->finished()) {
       counters_.num_preemptions += l.seq->num_preemptions;
       sampler_.release(sampler_key(*l.seq));
+      if (drafter_) drafter_->release(*l.seq);
       it = live_.erase(it);
     } else {
       ++it;

@@ -2,6 +2,10 @@
 //   step(): Scheduler::schedule → StepInputs::build → DeepseekModel::forward (logits of the
 //   sampled rows only, left on the model's device) → Sampler::sample (on that device; the sampled
 //   ids and requested logprobs come back) → Scheduler::commit → text deltas and stop strings.
+// With speculative decoding (EngineConfig::speculative, MTP): after scheduling, MtpDrafter::extend
+// lengthens the drafts of the scheduled decodes; the forward verifies them (1 + K sampled rows per
+// decode, engine/spec_verify.h); MtpDrafter::catch_up runs the MTP layer over the kept positions
+// and proposes the next first drafts; commit_verified keeps the accepted tokens.
 // Engine is single-threaded (it owns all model state); AsyncEngine runs it on its own thread
 // behind a submission queue and per-request output streams (engine/async_engine.h).
 #pragma once
@@ -13,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/mtp_drafter.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative_config.h"
 #include "engine/step_inputs.h"
 #include "engine/text_decoder.h"
 #include "kv/block_pool.h"
@@ -31,7 +37,8 @@ struct EngineConfig {
   int64_t num_blocks = 0;  // 0: from kv_cache_bytes
   int64_t kv_cache_bytes = int64_t(256) << 20;
   bool enable_prefix_caching = true;
-  uint64_t seed = 0;  // seeds for requests that bring none (0: random)
+  uint64_t seed = 0;              // seeds for requests that bring none (0: random)
+  SpeculativeConfig speculative;  // off unless set (the model needs its MTP layer)
 };
 
 struct TokenLogprob {
@@ -66,6 +73,12 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t steps = 0;
   double last_step_seconds = 0;
+  // Speculative decoding: draft tokens verified, accepted, and verify steps (one per sequence
+  // with at least one draft per step). Acceptance rate = accepted / drafts; mean accepted
+  // length = 1 + accepted / verifies (tokens a verify emits, the bonus counted).
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  int64_t spec_verifies = 0;
 };
 
 class Engine {
@@ -96,6 +109,7 @@ class Engine {
   const BlockPool& block_pool() const { return pool_; }
   const ModelConfig& model_config() const { return model_.config(); }
   int max_model_len() const { return sched_cfg_.max_model_len; }
+  const SpeculativeConfig& speculative() const { return spec_; }
 
  private:
   struct Live {
@@ -106,11 +120,13 @@ class Engine {
     size_t max_stop = 0;  // longest stop string
     RequestOutput pending;
   };
-  void on_token(Live& l, const SampleResult* r, int32_t token);
+  // ends: the sequence finished at this token (in commit). True when a stop string ended it.
+  bool on_token(Live& l, const SampleResult* r, int32_t token, bool ends);
   bool check_stop_strings(Live& l);
   RequestOutput take_output(Live& l);
 
   const DeepseekModel& model_;
+  SpeculativeConfig spec_;
   SchedulerConfig sched_cfg_;
   BlockPool pool_;
   PagedKVCache cache_;
@@ -118,6 +134,7 @@ class Engine {
   StepInputs inputs_;
   Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
   Sampler sampler_;
+  std::unique_ptr<MtpDrafter> drafter_;  // speculative decoding only
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;
   uint64_t arrivals_ = 0;

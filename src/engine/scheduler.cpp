@@ -31,6 +31,7 @@ void Scheduler::remove_running(Sequence* s) {
 void Scheduler::preempt(Sequence* s) {
   pool_.release(s->blocks);
   s->blocks.clear();
+  s->draft.clear();  // its MTP state is recomputed with the prompt
   s->hashes.clear();
   s->num_computed = 0;
   ++s->blocks_epoch;
@@ -77,12 +78,22 @@ void Scheduler::cache_full_blocks(Sequence* s) {
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int budget = cfg_.max_num_batched_tokens;
-  auto add = [&](Sequence* s, int n) {
-    const bool sample = s->num_computed + n == s->num_tokens();
-    plan.seqs.push_back({s, s->num_computed, n, sample});
+  auto add = [&](Sequence* s, int n, int n_draft) {
+    const bool sample = s->num_computed + n - n_draft == s->num_tokens();
+    plan.seqs.push_back({s, s->num_computed, n, sample, n_draft});
     plan.num_tokens += n;
-    plan.num_sampled += sample;
+    plan.num_sampled += sample ? 1 + n_draft : 0;
     budget -= n;
+  };
+  // Drafts a decode of s verifies with `budget` tokens left: within the step budget, the model
+  // length (the last verified position stays below max_model_len) and max_tokens (1 + drafts
+  // tokens can come out).
+  auto drafts_for = [&](const Sequence* s) {
+    if (cfg_.num_speculative_tokens <= 0 || s->num_tokens() - s->num_computed != 1) return 0;
+    const int room_len = cfg_.max_model_len - s->num_tokens();
+    const int room_out = s->params.max_tokens - int(s->output.size()) - 1;
+    if (s->draft.empty()) return 0;  // nothing proposed (yet): a plain decode
+    return std::max(0, std::min({cfg_.num_speculative_tokens, budget - 1, room_len, room_out}));
   };
 
   // 1. Running sequences: decodes first, then prefill chunks, each group in admission order.
@@ -94,7 +105,8 @@ StepPlan Scheduler::schedule() {
   for (Sequence* s : order) {
     if (s->status != SeqStatus::Running) continue;  // preempted earlier in this loop
     if (budget <= 0) break;
-    const int n = std::min(s->num_tokens() - s->num_computed, budget);
+    const int n_draft = drafts_for(s);
+    const int n = std::min(s->num_tokens() - s->num_computed, budget) + n_draft;
     if (n <= 0) continue;
     while (!grow(s, s->num_computed + n)) {
       // Preempt the most recently admitted running sequence not yet scheduled (possibly s).
@@ -110,7 +122,7 @@ StepPlan Scheduler::schedule() {
       if (victim == s) break;
     }
     if (s->status != SeqStatus::Running) continue;
-    add(s, n);
+    add(s, n, n_draft);
     scheduled.push_back(s);
   }
 
@@ -130,7 +142,7 @@ StepPlan Scheduler::schedule() {
     waiting_.pop_front();
     s->status = SeqStatus::Running;
     running_.push_back(s);
-    add(s, n);
+    add(s, n, 0);
   }
   return plan;
 }
@@ -139,33 +151,57 @@ std::vector<Sequence*> Scheduler::commit(const StepPlan& plan,
                                          const std::vector<int32_t>& sampled) {
   OSPREY_CHECK(int(sampled.size()) == plan.num_sampled, "sampled ", sampled.size(), " tokens for ",
                plan.num_sampled, " rows");
+  std::vector<std::vector<int32_t>> emitted;
+  for (int32_t t : sampled) emitted.push_back({t});
+  return commit_verified(plan, emitted);
+}
+
+std::vector<Sequence*> Scheduler::commit_verified(
+    const StepPlan& plan, const std::vector<std::vector<int32_t>>& emitted) {
   std::vector<Sequence*> done;
   size_t k = 0;
   for (const ScheduledSeq& e : plan.seqs) {
     Sequence* s = e.seq;
-    const int32_t tok = e.sample ? sampled[k++] : -1;
-    if (s->finished()) continue;  // aborted while the step ran
-    s->num_computed = e.start + e.num_tokens;
-    cache_full_blocks(s);
-    if (!e.sample) continue;
-    s->output.push_back(tok);
-    const SamplingParams& p = s->params;
-    FinishReason r = FinishReason::None;
-    if (!p.ignore_eos && tok == cfg_.eos_token_id) {
-      r = FinishReason::Stop;
-    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) !=
-               p.stop_token_ids.end()) {
-      r = FinishReason::Stop;
+    const std::vector<int32_t>* toks = nullptr;
+    if (e.sample) {
+      OSPREY_CHECK(k < emitted.size(), "tokens for ", emitted.size(), " sampled entries only");
+      toks = &emitted[k++];
+      OSPREY_CHECK(!toks->empty() && int(toks->size()) <= 1 + e.num_draft, toks->size(),
+                   " tokens emitted by an entry verifying ", e.num_draft, " drafts");
     }
-    if (r == FinishReason::Stop) s->stop_token = tok;
-    if (r == FinishReason::None &&
-        (int(s->output.size()) >= p.max_tokens || s->num_tokens() >= cfg_.max_model_len))
-      r = FinishReason::Length;
+    if (s->finished()) continue;  // aborted while the step ran
+    s->draft.clear();
+    if (!toks) {
+      s->num_computed = e.start + e.num_tokens;
+      cache_full_blocks(s);
+      continue;
+    }
+    // The accepted drafts' cache entries are kept; the rejected ones' positions roll back.
+    const int computed = e.start + e.num_tokens - e.num_draft + int(toks->size()) - 1;
+    FinishReason r = FinishReason::None;
+    for (int32_t tok : *toks) {
+      s->output.push_back(tok);
+      const SamplingParams& p = s->params;
+      if (!p.ignore_eos && tok == cfg_.eos_token_id) {
+        r = FinishReason::Stop;
+      } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) !=
+                 p.stop_token_ids.end()) {
+        r = FinishReason::Stop;
+      }
+      if (r == FinishReason::Stop) s->stop_token = tok;
+      if (r == FinishReason::None &&
+          (int(s->output.size()) >= p.max_tokens || s->num_tokens() >= cfg_.max_model_len))
+        r = FinishReason::Length;
+      if (r != FinishReason::None) break;  // the tokens after it are dropped
+    }
+    s->num_computed = std::min(computed, s->num_tokens());
+    cache_full_blocks(s);
     if (r != FinishReason::None) {
       finish(s, r);
       done.push_back(s);
     }
   }
+  OSPREY_CHECK(k == emitted.size(), "tokens for ", emitted.size(), " entries, ", k, " sampled");
   return done;
 }
 

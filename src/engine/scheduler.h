@@ -9,6 +9,11 @@
 // sequence is preempted by recompute: its blocks are released and it goes back to the front of the
 // waiting queue with its generated tokens kept, to be prefilled again (mostly from the prefix
 // cache) when room returns.
+// Speculative decoding (num_speculative_tokens > 0): a decode whose sequence holds draft tokens
+// also verifies up to that many of them in the same step (its query is 1 + num_draft tokens, all
+// counted in the token budget, within max_model_len and max_tokens); commit_verified() then keeps
+// the accepted prefix and rolls the rest back (num_computed stops after the last accepted token,
+// so the rejected positions' cache entries are rewritten before anything reads them).
 #pragma once
 
 #include <deque>
@@ -26,19 +31,21 @@ struct SchedulerConfig {
   int max_model_len = 4096;
   bool enable_prefix_caching = true;
   int eos_token_id = -1;
+  int num_speculative_tokens = 0;  // draft tokens a decode may verify per step (0: off)
 };
 
 struct ScheduledSeq {
   Sequence* seq;
-  int start;       // first token position computed this step
-  int num_tokens;  // tokens computed this step
-  bool sample;     // the chunk reaches the end of the known tokens: sample the next one
+  int start;          // first token position computed this step
+  int num_tokens;     // tokens computed this step
+  bool sample;        // the chunk reaches the end of the known tokens: sample the next one
+  int num_draft = 0;  // of num_tokens, draft tokens after the known ones (seq->draft's first)
 };
 
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;  // decodes first, then prefills
   int num_tokens = 0;
-  int num_sampled = 0;
+  int num_sampled = 0;  // logit rows: 1 + num_draft per entry with sample
   bool empty() const { return seqs.empty(); }
 };
 
@@ -52,6 +59,11 @@ class Scheduler {
   // prefixes); sampled tokens are appended and stop conditions checked. `sampled` holds one token
   // per plan entry with sample == true, in plan order. Returns the sequences that finished.
   std::vector<Sequence*> commit(const StepPlan& plan, const std::vector<int32_t>& sampled);
+  // commit() for steps that verified drafts: emitted[i] holds the tokens the i-th entry with
+  // sample == true produced (1 to 1 + num_draft: the accepted drafts, then the token sampled after
+  // them), in plan order. Tokens after the first that finishes the sequence are dropped.
+  std::vector<Sequence*> commit_verified(const StepPlan& plan,
+                                         const std::vector<std::vector<int32_t>>& emitted);
   // Ends a sequence wherever it is (abort, a stop string): its blocks are released.
   void finish(Sequence* seq, FinishReason reason);
 

@@ -33,6 +33,9 @@ struct Sequence {
   uint64_t blocks_epoch = 0;      // bumped whenever `blocks` changes other than by appending
   int num_prefix_hit_tokens = 0;  // tokens served from the prefix cache at admission
   int num_preemptions = 0;
+  // Speculative decoding: the draft tokens proposed for positions num_tokens()... (the MTP
+  // layer's greedy guesses), verified by the next step that schedules them.
+  std::vector<int32_t> draft;
 
   int num_tokens() const { return int(prompt.size() + output.size()); }
   int32_t token(int i) const {

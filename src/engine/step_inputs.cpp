@@ -7,11 +7,12 @@
 namespace osprey {
 
 StepInputs::StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blocks_per_seq,
-                       int block_size)
+                       int block_size, int max_logit_rows)
     : max_tokens_(max_num_batched_tokens),
       max_seqs_(max_num_seqs),
       max_blocks_(max_blocks_per_seq),
       block_size_(block_size),
+      max_logit_rows_(max_logit_rows > 0 ? max_logit_rows : max_num_seqs),
       token_ids_(DType::I32, {max_num_batched_tokens}),
       positions_(DType::I32, {max_num_batched_tokens}),
       slot_mapping_(DType::I64, {max_num_batched_tokens}),
@@ -19,13 +20,15 @@ StepInputs::StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blo
       query_start_loc_(DType::I32, {max_num_seqs + 1}),
       seq_lens_(DType::I32, {max_num_seqs}),
       block_table_(Buffer::zeros(DType::I32, {max_num_seqs, max_blocks_per_seq})),
-      logits_indices_(DType::I32, {max_num_seqs}),
+      logits_indices_(DType::I32, {max_logit_rows_}),
       rows_(static_cast<size_t>(max_num_seqs)) {}
 
 const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   const int n_seqs = int(plan.seqs.size());
-  OSPREY_CHECK(plan.num_tokens <= max_tokens_ && n_seqs <= max_seqs_, "plan of ", plan.num_tokens,
-               " tokens / ", n_seqs, " sequences exceeds the step budgets");
+  OSPREY_CHECK(
+      plan.num_tokens <= max_tokens_ && n_seqs <= max_seqs_ && plan.num_sampled <= max_logit_rows_,
+      "plan of ", plan.num_tokens, " tokens / ", n_seqs, " sequences / ", plan.num_sampled,
+      " sampled rows exceeds the step budgets");
   int32_t* tok = token_ids_.ptr<int32_t>();
   int32_t* pos = positions_.ptr<int32_t>();
   int64_t* slot = slot_mapping_.ptr<int64_t>();
@@ -38,6 +41,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   last_tail_resets = 0;
 
   int t = 0, n_sample = 0, max_q = 0;
+  bool spec_decode = n_seqs > 0;
   for (int r = 0; r < n_seqs; ++r) {
     const ScheduledSeq& e = plan.seqs[size_t(r)];
     const Sequence& s = *e.seq;
@@ -46,14 +50,21 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
     qsl[r] = t;
     lens[r] = e.start + e.num_tokens;
     max_q = std::max(max_q, e.num_tokens);
+    const int known = s.num_tokens();
+    OSPREY_CHECK(
+        e.num_draft <= int(s.draft.size()) && e.start + e.num_tokens - e.num_draft <= known,
+        "sequence ", s.id, ": ", e.num_draft, " drafts scheduled, ", s.draft.size(), " held");
+    // A decode: the one known token not yet computed, then the drafts.
+    spec_decode = spec_decode && e.num_tokens == 1 + e.num_draft && e.start + 1 == known;
     for (int i = 0; i < e.num_tokens; ++i, ++t) {
       const int p = e.start + i;
-      tok[t] = s.token(p);
+      tok[t] = p < known ? s.token(p) : s.draft[size_t(p - known)];
       pos[t] = p;
       req[t] = r;
       slot[t] = int64_t(s.blocks[size_t(p / block_size_)]) * block_size_ + p % block_size_;
     }
-    if (e.sample) sample[n_sample++] = t - 1;
+    if (e.sample)
+      for (int j = e.num_draft; j >= 0; --j) sample[n_sample++] = t - 1 - j;
     // Block-table row r: rewrite only what changed since this row was last written.
     Row& row = rows_[size_t(r)];
     size_t from = 0;
@@ -94,6 +105,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   batch_.attn.req_id_per_token = view(req_id_per_token_, t);
   batch_.logits_indices = view(logits_indices_, n_sample);
   batch_.max_query_len = max_q;
+  batch_.spec_decode = spec_decode;
   return batch_;
 }
 

@@ -8,7 +8,9 @@
 //   query_start_loc [max_num_seqs + 1] I32
 //   seq_lens        [max_num_seqs] I32
 //   block_table     [max_num_seqs, max_blocks_per_seq] I32
-//   logits_indices  [max_num_seqs] I32   (the sampled rows)
+//   logits_indices  [max_logit_rows] I32 (the sampled rows: one per sampled sequence, 1 + K with
+//                   K drafts to verify; max_logit_rows defaults to max_num_seqs)
+// Draft tokens (ScheduledSeq::num_draft) come from Sequence::draft.
 // Each step writes only the live extent; block-table rows are rewritten only where the sequence in
 // that row or its block list changed (appended blocks are written alone). When the live extent
 // shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, request row 0,
@@ -27,9 +29,11 @@ namespace osprey {
 
 class StepInputs {
  public:
-  StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blocks_per_seq, int block_size);
+  StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blocks_per_seq, int block_size,
+             int max_logit_rows = 0);
 
-  // The batch for this plan; sample row i belongs to the i-th plan entry with sample == true.
+  // The batch for this plan; sample rows follow the plan entries with sample == true in order,
+  // 1 + num_draft consecutive rows each (the known token's, then each draft's).
   const ForwardBatch& build(const StepPlan& plan);
 
   // Counters for tests: block-table entries written by the last build, and tail entries reset.
@@ -37,7 +41,7 @@ class StepInputs {
   int64_t last_tail_resets = 0;
 
  private:
-  int max_tokens_, max_seqs_, max_blocks_, block_size_;
+  int max_tokens_, max_seqs_, max_blocks_, block_size_, max_logit_rows_;
   Buffer token_ids_, positions_, slot_mapping_, req_id_per_token_, query_start_loc_, seq_lens_,
       block_table_, logits_indices_;
   struct Row {

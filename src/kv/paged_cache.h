@@ -16,6 +16,7 @@
 
 #include <vector>
 
+#include "core/error.h"
 #include "core/storage.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -29,10 +30,17 @@ class PagedKVCache {
   // fp8_index_keys (CUDA only): the FP8 indexer key format (default), else BF16 keys.
   // fp8_latent (either device): the FP8 latent format; fails (osprey::Error) when kv_lora is not
   // a multiple of 128 or rope is odd.
+  // mtp_layers: caches for that many MTP layers after the main ones (layer indices
+  // num_hidden_layers...), sharing the main layers' block table and slots.
   PagedKVCache(const ModelConfig& c, int64_t n_blocks, int block_size = kBlockSize,
-               Device device = Device::CPU, bool fp8_index_keys = true, bool fp8_latent = false);
+               Device device = Device::CPU, bool fp8_index_keys = true, bool fp8_latent = false,
+               int mtp_layers = 0);
 
-  Tensor latent(int layer) const { return latent_[size_t(layer)].view(); }
+  Tensor latent(int layer) const {
+    OSPREY_CHECK(size_t(layer) < latent_.size(), "the cache has no layer ", layer);
+    return latent_[size_t(layer)].view();
+  }
+  int n_layers() const { return int(latent_.size()); }
   Tensor index_keys(int layer) const;
   int64_t n_blocks() const { return n_blocks_; }
   int block_size() const { return block_size_; }
@@ -53,7 +61,7 @@ class PagedKVCache {
   // the engine divides the KV memory by.
   static int64_t bytes_per_block(const ModelConfig& c, int block_size = kBlockSize,
                                  Device device = Device::CPU, bool fp8_index_keys = true,
-                                 bool fp8_latent = false);
+                                 bool fp8_latent = false, int mtp_layers = 0);
 
  private:
   int64_t n_blocks_;

@@ -104,8 +104,86 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   return d;
 }
 
+void DeepseekModel::check_mtp(bool needed) const {
+  if (!needed) return;
+  if (!weights_.has_mtp)
+    fail("this model has no MTP layer (config.json num_nextn_predict_layers ",
+         config_.num_nextn_predict_layers, ", and the checkpoint must hold model.layers.",
+         config_.num_hidden_layers,
+         ".eh_proj.weight and the rest of the layer): MTP speculative decoding needs one");
+  if (comm_) fail("MTP speculative decoding is not supported with a parallel model yet");
+}
+
+ForwardBatch DeepseekModel::prepare_batch(const ForwardBatch& hb) const {
+  // The attention's split-KV plan is keyed by this (built once per step, reused across layers
+  // and across steps whose clamped lengths repeat).
+  ForwardBatch hf = hb;
+  if (hf.attn.positions.device == Device::CPU && hf.attn.query_start_loc.device == Device::CPU) {
+    const bool sparse = config_.has_indexer && !ablation_.dense_attention;
+    hf.attn.fingerprint =
+        attention_fingerprint(hf.attn, sparse ? int64_t(config_.index_topk) : int64_t(INT32_MAX));
+  }
+  return stage_batch(hf);
+}
+
+void DeepseekModel::forward_mtp(const ForwardBatch& hb, Tensor hidden, PagedKVCache& cache,
+                                Tensor logits, Tensor mtp_hidden) const {
+  check_mtp(true);
+  const ModelConfig& c = config_;
+  const int l = c.num_hidden_layers;  // the MTP decoder layer's weights and cache layer
+  const int64_t T = hb.attn.n_tokens, D = c.hidden_size;
+  const int64_t n_logits = hb.logits_indices.numel();
+  OSPREY_CHECK(cache.n_layers() > l, "the KV cache has no MTP layer (make_cache(n, true))");
+  OSPREY_CHECK(cache.device() == device_, "the KV cache is not on the model's device");
+  OSPREY_CHECK(hidden.device == device_ && hidden.size(0) == T && hidden.size(1) == D,
+               "mtp hidden ", shape_str(hidden.shape));
+  OSPREY_CHECK(logits.size(0) == n_logits && logits.size(1) == c.vocab_size, "logits shape ",
+               shape_str(logits.shape));
+  OSPREY_CHECK(mtp_hidden.data == nullptr ||
+                   (mtp_hidden.device == device_ && mtp_hidden.shape == Shape({n_logits, D})),
+               "mtp_hidden ", shape_str(mtp_hidden.shape));
+  OSPREY_CHECK(hb.attn.positions.device == Device::CPU, "forward_mtp takes a host batch");
+  int64_t kv_rows = 0;  // Σ seq_lens
+  for (int s = 0; s < hb.attn.n_seqs; ++s) kv_rows += hb.attn.seq_lens.ptr<int32_t>()[s];
+  ws_.reset();
+  const ForwardBatch b = prepare_batch(hb);
+  const MtpWeights& m = weights_.mtp;
+  const LayerWeights& lw = weights_.layers[size_t(l)];
+  const float eps = float(c.rms_norm_eps);
+  Tensor emb = alloc(DType::F32, {T, D});  // [n_tokens, D] embedding of the next tokens
+  ops::embedding(emb, b.token_ids, weights_.embed);
+  // Position 0 has no previous token for the MTP to pair with: its embedding is zeroed (vLLM).
+  const int32_t* pos = hb.attn.positions.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    if (pos[t] == 0) ops::scale(emb.rows(t, t + 1), 0.0f);
+  Tensor cat = alloc(DType::F32, {T, 2 * D});  // [n_tokens, 2·D]: enorm(emb) | hnorm(hidden)
+  Tensor half = alloc(DType::F32, {T, D});
+  ops::rms_norm(half, emb, m.enorm, eps);
+  ops::copy_columns(cat, 0, half, 0, D);
+  ops::rms_norm(half, hidden, m.hnorm, eps);
+  ops::copy_columns(cat, D, half, 0, D);
+  Tensor residual = alloc(DType::F32, {T, D});  // [n_tokens, D] the MTP layer's residual stream
+  Tensor x = alloc(DType::F32, {T, D});
+  Tensor y = alloc(DType::F32, {T, D});
+  ops::linear(residual, cat, m.eh_proj);
+  ops::rms_norm(x, residual, lw.input_norm, eps);
+  ForwardOptions o;
+  attention(l, x, y, b, kv_rows, cache, o);
+  ops::add_rms_norm(x, residual, y, lw.post_attn_norm, eps);
+  ffn(l, x, y, o);
+  ops::add(residual, residual, y);
+  Tensor rows = mtp_hidden.data ? mtp_hidden : alloc(DType::F32, {n_logits, D});  // [n_logits, D]
+  ops::gather_rows(rows, residual, b.logits_indices);
+  Tensor normed = alloc(DType::F32, {n_logits, D});
+  ops::rms_norm(normed, rows, m.head_norm, eps);
+  Tensor out = logits.device == device_ ? logits : alloc(DType::F32, {n_logits, c.vocab_size});
+  ops::linear(out, normed, m.head);
+  if (out.data != logits.data) ops::copy(logits, out);
+}
+
 void DeepseekModel::forward(const ForwardBatch& hb, PagedKVCache& cache, Tensor logits,
                             const ForwardOptions& o) const {
+  if (o.hidden_out.data && comm_) fail("hidden states out are not supported with a parallel model");
   if (publisher_) {
     if (o.forced_topk) fail("forced top-k positions are not supported with a parallel model");
     publisher_->publish(*this, hb, cache, o);
@@ -140,15 +218,7 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
   if (hb.attn.seq_lens.device == Device::CPU)
     for (int s = 0; s < hb.attn.n_seqs; ++s) kv_rows += hb.attn.seq_lens.ptr<int32_t>()[s];
   if (!shard_.data_parallel()) ws_.reset();  // (DP: forward_rank holds the local logits)
-  // The attention's split-KV plan is keyed by this (built once per step, reused across layers
-  // and across steps whose clamped lengths repeat).
-  ForwardBatch hf = hb;
-  if (hf.attn.positions.device == Device::CPU && hf.attn.query_start_loc.device == Device::CPU) {
-    const bool sparse = c.has_indexer && !ablation_.dense_attention;
-    hf.attn.fingerprint =
-        attention_fingerprint(hf.attn, sparse ? int64_t(c.index_topk) : int64_t(INT32_MAX));
-  }
-  const ForwardBatch b = stage_batch(hf);
+  const ForwardBatch b = prepare_batch(hb);
   Tensor residual = alloc(DType::F32, {T, D});  // [n_tokens, D] the residual stream
   Tensor x = alloc(DType::F32, {T, D});         // [n_tokens, D] normalised input of the next block
   Tensor y = alloc(DType::F32, {T, D});         // [n_tokens, D] output of the current block
@@ -171,6 +241,11 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
       ops::add(residual, residual, y);
     }
     if (o.dump) o.dump->put(stage(l, "hidden"), residual);
+  }
+  if (o.hidden_out.data) {
+    OSPREY_CHECK(o.hidden_out.device == device_ && o.hidden_out.shape == Shape({T, D}),
+                 "hidden_out ", shape_str(o.hidden_out.shape), " for ", T, " tokens");
+    ops::rms_norm(o.hidden_out, residual, weights_.final_norm, float(c.rms_norm_eps));
   }
   // Only the rows that are sampled go through the final norm and lm_head.
   Tensor rows = alloc(DType::F32, {n_logits, D});  // [n_logits, D]
@@ -283,7 +358,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   const bool expanded =
       o.path == AttentionPath::Expanded ||
       (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
-       (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
+       !b.spec_decode && (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;

@@ -44,6 +44,10 @@ struct ForwardOptions {
   // of the indexer's own choice (the indexer still runs and fills its cache). Lets a test hold the
   // selection equal to a reference's when near-ties make either choice valid.
   const std::vector<Tensor>* forced_topk = nullptr;
+  // When set: [n_tokens, D] F32 on the model's device gets the final-normed hidden state of every
+  // token of the batch (model.norm applied; what the MTP layer reads as h). Not with a parallel
+  // model.
+  Tensor hidden_out = {};
 };
 
 class DeepseekModel {
@@ -52,15 +56,20 @@ class DeepseekModel {
 
   const ModelConfig& config() const { return config_; }
   Device device() const { return device_; }
-  // A paged cache of n_blocks on the model's device.
-  PagedKVCache make_cache(int64_t n_blocks) const {
-    return PagedKVCache(config_, n_blocks, kBlockSize, device_, fp8_index_keys_, fp8_latent_);
+  // A paged cache of n_blocks on the model's device; with_mtp adds the MTP layer's cache (layer
+  // num_hidden_layers; the model must have the layer).
+  PagedKVCache make_cache(int64_t n_blocks, bool with_mtp = false) const {
+    check_mtp(with_mtp);
+    return PagedKVCache(config_, n_blocks, kBlockSize, device_, fp8_index_keys_, fp8_latent_,
+                        with_mtp ? 1 : 0);
   }
   // Bytes one cache block takes across all layers in the formats make_cache uses.
-  int64_t kv_bytes_per_block() const {
-    return PagedKVCache::bytes_per_block(config_, kBlockSize, device_, fp8_index_keys_,
-                                         fp8_latent_);
+  int64_t kv_bytes_per_block(bool with_mtp = false) const {
+    return PagedKVCache::bytes_per_block(config_, kBlockSize, device_, fp8_index_keys_, fp8_latent_,
+                                         with_mtp ? 1 : 0);
   }
+  // Whether the weights hold the MTP layer (model_math.md §2.8).
+  bool has_mtp() const { return weights_.has_mtp; }
   // CUDA: the indexer key cache in the FP8 format (default, as DeepSeek deploys it) or in BF16
   // (as transformers computes the indexer, for comparisons with it). Caches made afterwards use it.
   void set_fp8_index_keys(bool on) { fp8_index_keys_ = on; }
@@ -87,6 +96,22 @@ class DeepseekModel {
   // On rank 0 of a parallel model this first publishes the step to the other ranks (lockstep).
   void forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                const ForwardOptions& opts = {}) const;
+
+  // The MTP layer over `batch` (model_math.md §2.8, DeepSeek-V3's multi-token prediction):
+  //   x = eh_proj(cat[enorm(embed(token_ids)), hnorm(hidden)]) (the embedding zeroed at position
+  //   0, as vLLM does), then the MTP decoder layer on its own cache layer (num_hidden_layers;
+  //   same slots as the main layers), then shared_head.norm and shared_head.head.
+  // A token at position p brings the token of position p + 1 and the main model's hidden state
+  // at p (ForwardOptions::hidden_out), or the MTP's own output hidden state for later draft
+  // steps; its logits predict the token at p + 2.
+  //   hidden     [n_tokens, D] F32 on the model's device
+  //   logits     [n_logits, V] F32 for batch.logits_indices (on either device)
+  //   mtp_hidden [n_logits, D] F32 on the model's device, or empty: the decoder layer's output
+  //              (before shared_head.norm) at the logits rows, the next draft step's `hidden`.
+  // Fails (osprey::Error) without the MTP layer, with a parallel model or a cache without the
+  // MTP layer.
+  void forward_mtp(const ForwardBatch& batch, Tensor hidden, PagedKVCache& cache, Tensor logits,
+                   Tensor mtp_hidden) const;
 
   // Parallel models (model/shard.h): this model holds `shard`'s weights and talks to the other
   // ranks through `comm` (on the model's device); `publisher` (rank 0 only) sends each step to
@@ -117,6 +142,9 @@ class DeepseekModel {
   void idle_step() const;
   // out [n, V] = normed · lm_headᵀ, the vocab parts of the TP ranks gathered.
   void lm_head(Tensor out, Tensor normed) const;
+  void check_mtp(bool needed) const;
+  // The fingerprinted batch, staged (forward_local / forward_mtp).
+  ForwardBatch prepare_batch(const ForwardBatch& hb) const;
   // The batch with its metadata on the model's device (one host→device copy), or b itself.
   ForwardBatch stage_batch(const ForwardBatch& b) const;
   Tensor alloc(DType t, Shape s) const { return ws_.alloc(t, std::move(s)); }

@@ -8,6 +8,8 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
   int64_t n_tokens = 0, n_logits = 0, max_blocks = 1;
   for (const SeqStep& s : seqs) {
     OSPREY_CHECK(!s.tokens.empty(), "a sequence step needs at least one token");
+    OSPREY_CHECK(s.logit_row < int(s.tokens.size()), "logit row ", s.logit_row, " of ",
+                 s.tokens.size(), " tokens");
     n_tokens += int64_t(s.tokens.size());
     n_logits += s.all_logits ? int64_t(s.tokens.size()) : 1;
     max_blocks = std::max<int64_t>(max_blocks, int64_t(s.blocks.size()));
@@ -39,8 +41,8 @@ OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
       positions_.ptr<int32_t>()[t] = pos;
       slots_.ptr<int64_t>()[t] =
           int64_t(q.blocks[size_t(pos / block_size)]) * block_size + pos % block_size;
-      if (q.all_logits || i + 1 == q.tokens.size())
-        logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
+      const size_t logit_row = q.logit_row < 0 ? q.tokens.size() - 1 : size_t(q.logit_row);
+      if (q.all_logits || i == logit_row) logits_indices_.ptr<int32_t>()[li++] = int32_t(t);
     }
   }
   qsl_.ptr<int32_t>()[n_seqs] = int32_t(t);

@@ -15,6 +15,9 @@ struct ForwardBatch {
   AttentionMeta attn;     // positions, query_start_loc, seq_lens, block_table, slot_mapping
   Tensor logits_indices;  // [n_logits] I32: rows of the batch whose logits are computed
   int max_query_len = 0;
+  // Every sequence brings its one new known token plus draft tokens (a speculative verify step):
+  // AttentionPath::Auto takes the absorbed (decode) path although max_query_len > 1.
+  bool spec_decode = false;
 };
 
 // A sequence's part of one step: `tokens` are appended at positions start_pos...; `blocks` are the
@@ -24,6 +27,8 @@ struct SeqStep {
   int32_t start_pos = 0;
   std::vector<int32_t> blocks;
   bool all_logits = false;  // logits for every new token (else only the last)
+  int logit_row = -1;       // without all_logits: the token (index into tokens) whose logits are
+                            // computed; −1: the last
 };
 
 // Owns the buffers behind a ForwardBatch.

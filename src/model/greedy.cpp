@@ -73,7 +73,7 @@ std::vector<int32_t> greedy_generate(const DeepseekModel& m, const std::vector<i
                           blocks,
                           false}},
                  kBlockSize);
-    m.forward(b.batch(), cache, logits, {o.prefill_path, nullptr, nullptr});
+    m.forward(b.batch(), cache, logits, {o.prefill_path, nullptr, nullptr, {}});
   }
   std::vector<int32_t> out;
   int32_t pos = int32_t(prompt.size());
@@ -83,7 +83,7 @@ std::vector<int32_t> greedy_generate(const DeepseekModel& m, const std::vector<i
     if (o.stop_at_eos && next == m.config().eos_token_id) break;
     if (int(out.size()) == o.max_new_tokens) break;
     OwnedBatch b({SeqStep{{next}, pos++, blocks, false}}, kBlockSize);
-    m.forward(b.batch(), cache, logits, {o.decode_path, nullptr, nullptr});
+    m.forward(b.batch(), cache, logits, {o.decode_path, nullptr, nullptr, {}});
   }
   return out;
 }

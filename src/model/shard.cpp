@@ -62,7 +62,7 @@ std::vector<WeightSpec> shard_weight_specs(const ModelConfig& c, const RankShard
       w.slice = {0, s.rank * part, (s.rank + 1) * part};
     }
   };
-  for (WeightSpec w : weight_specs(c)) {
+  for (WeightSpec w : main_weight_specs(c)) {  // (no MTP layer: MTP is single-rank)
     const std::string& n = w.name;
     int expert = -1;
     const size_t at = n.find(".mlp.experts.");

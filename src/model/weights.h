@@ -2,7 +2,9 @@
 // (model.layers.N.self_attn.q_a_proj.weight, mlp.experts.J.gate_proj.weight, ...).
 // Every expected tensor must exist with the shape config.json implies, in a supported dtype
 // (F32, BF16, F16, or F8_E4M3 with its `weight_scale_inv`); failures name the tensor and file.
-// The MTP layers (indices >= num_hidden_layers) are recognised and skipped.
+// The first MTP layer (model.layers.{num_hidden_layers}, config num_nextn_predict_layers ≥ 1) is
+// loaded when the checkpoint holds it (model_math.md §2.8); its own copy of the embedding
+// (model.layers.N.embed_tokens, equal to the main one) and further MTP layers are skipped.
 //
 // On the CPU backend every tensor is converted to F32 at load (FP8 dequantized with its block
 // scales) and owned here; the checkpoint mapping can be dropped afterwards.
@@ -55,11 +57,24 @@ struct LayerWeights {
   MlpWeights shared;  // [n_shared·moe_I, D] ...
 };
 
+// DeepSeek's multi-token-prediction layer around its decoder layer (which is
+// ModelWeights::layers[num_hidden_layers]): h' = eh_proj(cat[enorm(emb(token)), hnorm(h)]), the
+// decoder layer, then shared_head.norm and shared_head.head.
+struct MtpWeights {
+  Tensor enorm;          // [D]
+  Tensor hnorm;          // [D]
+  LinearWeight eh_proj;  // [D, 2·D]: columns [0, D) take the embedding, [D, 2·D) the hidden
+  Tensor head_norm;      // [D] shared_head.norm
+  LinearWeight head;     // [V, D] shared_head.head
+};
+
 struct ModelWeights {
-  Tensor embed;          // [V, D]
-  Tensor final_norm;     // [D]
-  LinearWeight lm_head;  // [V, D]
-  std::vector<LayerWeights> layers;
+  Tensor embed;                      // [V, D]
+  Tensor final_norm;                 // [D]
+  LinearWeight lm_head;              // [V, D]
+  std::vector<LayerWeights> layers;  // num_hidden_layers, then the MTP decoder layer (has_mtp)
+  bool has_mtp = false;
+  MtpWeights mtp;
   std::vector<Buffer> owned;          // storage behind the views above (CPU loader)
   std::vector<Storage> device_owned;  // storage behind the views above (device loaders)
   int skipped_mtp_tensors = 0;
@@ -102,7 +117,15 @@ struct WeightSpec {
   TensorSlice slice;
   Shape local_shape() const;  // the shape after the slice
 };
+// weight_specs = main_weight_specs + mtp_weight_specs (empty when num_nextn_predict_layers is 0).
 std::vector<WeightSpec> weight_specs(const ModelConfig& config);
+std::vector<WeightSpec> main_weight_specs(const ModelConfig& config);
+std::vector<WeightSpec> mtp_weight_specs(const ModelConfig& config);
+// "model.layers.{num_hidden_layers}.": the MTP layer's tensor prefix.
+std::string mtp_prefix(const ModelConfig& config);
+// weight_specs, less the MTP layer when `ckpt` does not hold it (checkpoints published without
+// it although config.json declares it; a note goes to stderr).
+std::vector<WeightSpec> weight_specs_for(const Checkpoint& ckpt, const ModelConfig& config);
 
 // The loaders over an explicit list of specs (a rank's shard_weight_specs); weights of experts
 // the list leaves out are absent from the result (ModelWeights::first_expert says which are held).

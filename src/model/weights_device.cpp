@@ -74,7 +74,7 @@ ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c,
 }
 
 ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& c) {
-  return load_weights_cuda(ckpt, c, weight_specs(c), "osprey: loading weights");
+  return load_weights_cuda(ckpt, c, weight_specs_for(ckpt, c), "osprey: loading weights");
 }
 
 ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool fp8) {

@@ -91,6 +91,18 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_prompt_tokens_total", "Prompt tokens computed.", double(s.prompt_tokens_total));
   counter("osprey_generation_tokens_total", "Tokens generated.", double(s.generation_tokens_total));
   counter("osprey_num_preemptions_total", "Preemptions by recompute.", double(s.num_preemptions));
+  // Speculative decoding (vLLM's spec_decode_* counters, and the two ratios they give).
+  counter("osprey_spec_decode_num_drafts_total",
+          "Verify steps: sequences that verified draft tokens, per step.", double(s.spec_verifies));
+  counter("osprey_spec_decode_num_draft_tokens_total", "Draft tokens verified.",
+          double(s.spec_draft_tokens));
+  counter("osprey_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+          double(s.spec_accepted_tokens));
+  gauge("osprey_spec_decode_acceptance_rate", "Accepted / verified draft tokens (0 without any).",
+        s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0);
+  gauge("osprey_spec_decode_mean_accepted_length",
+        "Tokens a verify step emits per sequence: 1 + accepted / verifies (0 without any).",
+        s.spec_verifies ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verifies) : 0.0);
   std::lock_guard<std::mutex> lk(mu_);
   o += "# HELP osprey_request_success_total Requests finished, by reason.\n# TYPE "
        "osprey_request_success_total counter\n";

@@ -5,7 +5,10 @@
 //   counters   osprey_prompt_tokens_total, osprey_generation_tokens_total,
 //              osprey_prefix_cache_queries_total, osprey_prefix_cache_hits_total (tokens),
 //              osprey_request_success_total{finished_reason}, osprey_request_failure_total,
-//              osprey_num_preemptions_total
+//              osprey_num_preemptions_total, osprey_spec_decode_num_drafts_total,
+//              osprey_spec_decode_num_draft_tokens_total,
+//              osprey_spec_decode_num_accepted_tokens_total
+//   spec gauges osprey_spec_decode_acceptance_rate, osprey_spec_decode_mean_accepted_length
 //   histograms osprey_time_to_first_token_seconds, osprey_inter_token_latency_seconds,
 //              osprey_e2e_request_latency_seconds, osprey_step_duration_seconds
 // Thread-safe: observations come from the I/O threads and the engine thread.

@@ -42,7 +42,7 @@ TEST_P(PathsTest, PrefillLogitsEqualDecodeLogits) {
   const ModelConfig& c = model_->config();
   const int n = 75;  // crosses a block boundary; beyond index_topk for V3.2
   const std::vector<int32_t> tokens = random_tokens(n, c.vocab_size, 7);
-  Buffer prefill = prefill_logits(*model_, tokens, {AttentionPath::Expanded, nullptr, nullptr});
+  Buffer prefill = prefill_logits(*model_, tokens, {AttentionPath::Expanded, nullptr, nullptr, {}});
 
   // Token-by-token decode through the absorbed path; blocks scattered over a larger cache.
   std::vector<int32_t> blocks = {5, 2};
@@ -51,7 +51,7 @@ TEST_P(PathsTest, PrefillLogitsEqualDecodeLogits) {
   double worst = 0.0;
   for (int t = 0; t < n; ++t) {
     OwnedBatch b({SeqStep{{tokens[size_t(t)]}, t, blocks, false}}, kBlockSize);
-    model_->forward(b.batch(), cache, row, {AttentionPath::Absorbed, nullptr, nullptr});
+    model_->forward(b.batch(), cache, row, {AttentionPath::Absorbed, nullptr, nullptr, {}});
     worst = std::max(worst,
                      rel_error(row.f32(), prefill.f32() + int64_t(t) * c.vocab_size, c.vocab_size));
   }
@@ -88,7 +88,7 @@ TEST_P(PathsTest, Fp8LatentCachePrefillEqualsDecode) {
   double worst = 0.0;
   for (int t = 0; t < n; ++t) {
     OwnedBatch b({SeqStep{{tokens[size_t(t)]}, t, blocks, false}}, kBlockSize);
-    model_->forward(b.batch(), cache, row, {AttentionPath::Absorbed, nullptr, nullptr});
+    model_->forward(b.batch(), cache, row, {AttentionPath::Absorbed, nullptr, nullptr, {}});
     worst = std::max(worst,
                      rel_error(row.f32(), prefill.f32() + int64_t(t) * c.vocab_size, c.vocab_size));
   }
