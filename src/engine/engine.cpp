@@ -82,9 +82,12 @@ uint64_t sampler_key(const Sequence& s) {
 
 const char* step_kind_name(StepKind k) {
   switch (k) {
-    case StepKind::Decode: return "decode";
-    case StepKind::Mixed: return "mixed";
-    case StepKind::Prefill: return "prefill";
+    case StepKind::Decode:
+      return "decode";
+    case StepKind::Mixed:
+      return "mixed";
+    case StepKind::Prefill:
+      return "prefill";
   }
   return "?";
 }
@@ -251,7 +254,7 @@ std::vector<RequestOutput> Engine::step() {
       record.prefill_tokens += c.tokens;
       record.prefill_start_tokens += c.start;
     }
-    record.kind = record.num_chunks == 0  ? StepKind::Decode
+    record.kind = record.num_chunks == 0    ? StepKind::Decode
                   : record.num_decodes == 0 ? StepKind::Prefill
                                             : StepKind::Mixed;
     counters_.last_step = record;

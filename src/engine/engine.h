@@ -37,8 +37,12 @@ struct EngineConfig {
 };
 
 // One engine step's shape and time, as /metrics reports them by kind.
-enum class StepKind { Decode, Mixed, Prefill };  // decodes only; decodes + prompt chunks; chunks only
-const char* step_kind_name(StepKind k);             // "decode", "mixed", "prefill"
+enum class StepKind {
+  Decode,
+  Mixed,
+  Prefill
+};                                       // decodes only; decodes + prompt chunks; chunks only
+const char* step_kind_name(StepKind k);  // "decode", "mixed", "prefill"
 struct StepRecord {
   StepKind kind = StepKind::Decode;
   double seconds = 0;            // measured, scheduling to commit

@@ -13,7 +13,7 @@ namespace {
 // of load or of context length within one wave of requests).
 constexpr double kForget = 0.995;
 // The prior counts as this many steps of average size (ridge toward the multipliers' 1).
-constexpr double kPriorSteps = 4;
+constexpr double kPriorSteps = 1;
 // Multipliers stay within this range of the prior (a safety net against a degenerate fit).
 constexpr double kMinMultiplier = 0.02, kMaxMultiplier = 50;
 
@@ -48,9 +48,9 @@ bool solve(std::array<std::array<double, StepTimeModel::kParts>, StepTimeModel::
 StepTimePrior cuda_step_time_prior() {
   StepTimePrior p;
   p.rates = kH200Rates;
-  p.memory_factor = 4.3;   // 25.0 ms measured / 5.8 ms floor (decode B=64, context 5000)
+  p.memory_factor = 3.8;   // 25.0 ms measured / 5.8 ms floor (decode B=64), 3.96 / 1.13 (B=1)
   p.compute_factor = 7.5;  // 298 ms measured / ~40 ms floor (prefill 5000, absorbed attention)
-  p.per_step_s = 1e-3;
+  p.per_step_s = 0.5e-3;
   p.per_seq_s = 20e-6;
   return p;
 }
@@ -77,10 +77,10 @@ std::array<double, StepTimeModel::kParts> StepTimeModel::parts(const StepShape& 
   const DeviceRates& r = prior_.rates;
   const double gemm_rate = (cost_.fp8 ? r.fp8_tflops : r.bf16_tflops) * 1e12;
   const double seqs = double(shape.decode_contexts.size() + shape.chunks.size());
-  return {prior_.memory_factor * c.bytes() / (r.copy_gbs * 1e9),
-          prior_.compute_factor *
-              (c.gemm_flops / gemm_rate + c.attn_flops / (r.bf16_tflops * 1e12)),
-          prior_.per_step_s, prior_.per_seq_s * seqs};
+  return {
+      prior_.memory_factor * c.bytes() / (r.copy_gbs * 1e9),
+      prior_.compute_factor * (c.gemm_flops / gemm_rate + c.attn_flops / (r.bf16_tflops * 1e12)),
+      prior_.per_step_s, prior_.per_seq_s * seqs};
 }
 
 double StepTimeModel::predict(const StepShape& shape) const {
@@ -92,11 +92,14 @@ double StepTimeModel::predict(const StepShape& shape) const {
 
 void StepTimeModel::calibrate(const StepShape& shape, double seconds) {
   if (!(seconds > 0) || !std::isfinite(seconds)) return;  // a clock glitch is not a measurement
-  const auto z = parts(shape);
+  // Relative errors count, not absolute ones (a 5 ms decode step matters as much as a 500 ms
+  // chunk): each part is divided by the measured time, so the fit is of 1 ≈ Σ m_i z_i / y.
+  auto z = parts(shape);
+  for (double& v : z) v /= seconds;
   for (int i = 0; i < kParts; ++i) {
     for (int j = 0; j < kParts; ++j)
       zz_[size_t(i)][size_t(j)] = kForget * zz_[size_t(i)][size_t(j)] + z[size_t(i)] * z[size_t(j)];
-    zy_[size_t(i)] = kForget * zy_[size_t(i)] + z[size_t(i)] * seconds;
+    zy_[size_t(i)] = kForget * zy_[size_t(i)] + z[size_t(i)];
     z2_[size_t(i)] = kForget * z2_[size_t(i)] + z[size_t(i)] * z[size_t(i)];
   }
   w_ = kForget * w_ + 1;
@@ -118,8 +121,8 @@ void StepTimeModel::calibrate(const StepShape& shape, double seconds) {
   m_ = m;
 }
 
-int StepTimeModel::prefill_budget(const std::vector<int64_t>& decode_contexts,
-                                  int64_t chunk_start, int min_tokens, int max_tokens, int align,
+int StepTimeModel::prefill_budget(const std::vector<int64_t>& decode_contexts, int64_t chunk_start,
+                                  int min_tokens, int max_tokens, int align,
                                   double target_s) const {
   if (max_tokens <= 0) return 0;
   min_tokens = std::clamp(min_tokens, 1, max_tokens);

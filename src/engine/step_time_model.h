@@ -7,9 +7,10 @@
 //   z_step    = per_step_s                                          (launches, metadata, sync)
 //   z_seq     = per_seq_s · sequences in the step                   (sampling, stop checks, output)
 // and the prediction is Σ m_i · z_i with multipliers m (1 before any measurement). calibrate()
-// refits m from measured step times by ridge regression toward 1 (old steps forgotten by
-// kForget per step, the prior weighing as kPriorSteps steps of average size), so a few odd steps
-// move it little while many steps of one kind pin it. Pure arithmetic: no clock, no backend.
+// refits m from measured step times by ridge regression toward 1 on relative errors (old steps
+// forgotten by kForget per step, the prior weighing as kPriorSteps steps of average size), so a few
+// odd steps move it little while many steps of one kind pin it. Pure arithmetic: no clock, no
+// backend.
 #pragma once
 
 #include <array>
@@ -29,7 +30,7 @@ struct StepTimePrior {
 };
 // The H200 prior: decode B=64 at context 5000 on the dsv32 proxy took 25.0 ms against a 5.8 ms
 // floor (24.9 GB at 4.3 TB/s), a 5000-token prefill 298 ms against about 50 ms of FLOPs
-// (bench/RESULTS.md run 4, 2026-12-01); about 1 ms of host work per step and 20 µs per sequence.
+// (bench/RESULTS.md run 4, 2026-12-01); about 0.5 ms of host work per step, 20 µs per sequence.
 StepTimePrior cuda_step_time_prior();
 // The CPU prior: rates of a 2-core CI machine (20 GB/s, 0.2 TFLOP/s); calibration does the rest.
 StepTimePrior cpu_step_time_prior();

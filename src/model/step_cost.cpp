@@ -68,7 +68,6 @@ void add_layer_weights(const ModelConfig& c, const LayerParts& p, int l, double 
   }
 }
 
-
 // Σ_{u=a}^{b} min(u, cap) for 1 <= a, a - 1 <= b (cap <= 0: no cap).
 double sum_min(int64_t a, int64_t b, int64_t cap) {
   if (b < a) return 0;
@@ -138,7 +137,8 @@ StepCost step_cost(const ModelConfig& c, const StepShape& shape, const StepCostO
   s.weight_bytes += head_bytes(c);
   // lm_head runs on the sampled rows: every decode and (at most) one row per chunk.
   const double sampled = n_decodes + double(shape.chunks.size());
-  s.gemm_flops = 2.0 * active * double(tokens) + 2.0 * double(c.vocab_size) * c.hidden_size * sampled;
+  s.gemm_flops =
+      2.0 * active * double(tokens) + 2.0 * double(c.vocab_size) * c.hidden_size * sampled;
   s.flops = s.gemm_flops + s.attn_flops;
   return s;
 }

@@ -3,10 +3,10 @@
 // and the scheduler's step-time model (engine/step_time_model.h).
 //   Weights: every tensor at the dtype it is stored in on the GPU (FP8: 1 byte + 4 bytes per
 //   128×128 block; BF16: 2; norms and the router F32: 4); per MoE layer the router, the shared
-//   expert and the experts the step's tokens touch (uniform expectation 256·(1 − (1 − k/256)^tokens)).
-//   Caches (osprey's GPU format, BF16): latent rows attended, (kv_lora + rope)·2 bytes per token
-//   per layer (or latent_token_bytes when given: 656 for the FP8 latent cache at 512 + 64),
-//   min(context, index_topk) per decoding sequence with DSA; indexer keys scored,
+//   expert and the experts the step's tokens touch (uniform expectation 256·(1 − (1 −
+//   k/256)^tokens)). Caches (osprey's GPU format, BF16): latent rows attended, (kv_lora + rope)·2
+//   bytes per token per layer (or latent_token_bytes when given: 656 for the FP8 latent cache at
+//   512 + 64), min(context, index_topk) per decoding sequence with DSA; indexer keys scored,
 //   index_head_dim·2 bytes per token per layer, the whole context; a prompt chunk reads its
 //   earlier context once (latent rows and indexer keys).
 //   FLOPs: 2 · active parameters · tokens (gemm_flops), plus attention (absorbed: 2·H·(2·kv_lora +
@@ -22,11 +22,11 @@
 namespace osprey {
 
 struct StepCost {
-  double weight_bytes = 0;  // all weights the step reads
-  double cache_bytes = 0;   // latent rows + indexer keys read
-  double gemm_flops = 0;    // the linears (FP8 rate with FP8 weights)
-  double attn_flops = 0;    // attention + indexer scores (BF16 rate)
-  double flops = 0;         // gemm_flops + attn_flops
+  double weight_bytes = 0;     // all weights the step reads
+  double cache_bytes = 0;      // latent rows + indexer keys read
+  double gemm_flops = 0;       // the linears (FP8 rate with FP8 weights)
+  double attn_flops = 0;       // attention + indexer scores (BF16 rate)
+  double flops = 0;            // gemm_flops + attn_flops
   double experts_touched = 0;  // per MoE layer
   double bytes() const { return weight_bytes + cache_bytes; }
 };
@@ -68,9 +68,9 @@ StepCost prefill_cost(const ModelConfig& c, bool fp8, int64_t tokens);
 
 // A card's ceilings, for the time floor of a step.
 struct DeviceRates {
-  double copy_gbs = 0;       // device copy bandwidth, GB/s
-  double fp8_tflops = 0;     // FP8 block-scaled GEMM, TFLOP/s
-  double bf16_tflops = 0;    // BF16 GEMM (and attention), TFLOP/s
+  double copy_gbs = 0;     // device copy bandwidth, GB/s
+  double fp8_tflops = 0;   // FP8 block-scaled GEMM, TFLOP/s
+  double bf16_tflops = 0;  // BF16 GEMM (and attention), TFLOP/s
 };
 // The H200's, measured on our machine (GPU_WORKFLOW.md: copy 4.30 TB/s, cuBLASLt FP8 block-scaled
 // 1299 TFLOP/s at a prefill shape, BF16 8192³ 787–805 TFLOP/s).

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "model/step_cost.h"
 #include "model/make_model.h"
+#include "model/step_cost.h"
 
 namespace osprey {
 namespace {
