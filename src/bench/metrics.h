@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/request_result.h"
+#include "bench/server_steps.h"
 #include "bench/stats.h"
 
 namespace osprey::bench {
@@ -30,6 +31,8 @@ struct ServeMetrics {
   std::vector<double> percentiles;    // which percentiles the summaries hold, e.g. {99}
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   std::optional<StepTimes> step;
+  std::vector<StepKindStats> step_kinds;        // per step kind (osprey servers), with the roofline
+  std::optional<FullModelEstimate> full_model;  // the 61-layer, 4-GPU estimate (with --model-dir)
 };
 
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, double duration_s,
