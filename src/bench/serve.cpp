@@ -24,6 +24,7 @@ namespace {
 using nlohmann::json;
 
 constexpr double kGetTimeoutS = 30;
+constexpr int kV32HiddenSize = 7168, kV32RoutedExperts = 256;  // DeepSeek-V3.2's config.json
 
 std::string served_model(const HttpTarget& target) {
   HttpResponse r;
@@ -306,8 +307,12 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
     result.metrics.step_kinds = server_step_stats(metrics_before, metrics_after);
     if (config) {
       add_roofline(result.metrics.step_kinds, *config, o.roofline);
+      // The 61-layer figure scales a proxy of V3.2's own width (hidden 7168, 256 experts, the
+      // indexer), not any model.
+      const bool v32_width = config->has_indexer && config->hidden_size == kV32HiddenSize &&
+                             config->n_routed_experts == kV32RoutedExperts;
       for (const StepKindStats& k : result.metrics.step_kinds)
-        if (k.kind == "decode" && k.decodes >= 1)
+        if (v32_width && k.kind == "decode" && k.decodes >= 1)
           result.metrics.full_model = estimate_full_model_decode(*config, k, o.roofline);
     }
   }
