@@ -118,6 +118,17 @@ std::string format_report(const ServeMetrics& m, const ReportHeader& h) {
     row(out, "Acceptance rate (%):", num(100 * m.spec->acceptance_rate()));
     row(out, "Mean accepted length:", num(m.spec->mean_accepted_length()));
   }
+  if (!m.step_kinds.empty()) {
+    title(out, "Server Steps by Kind (/metrics)", '-');
+    out += format_step_table(m.step_kinds);
+    out +=
+        "(median and P99 from the server's histogram buckets, 10% apart; roofline of the mean "
+        "step of the kind from the config: max(bytes / copy bandwidth, FLOPs / matrix rates))\n";
+  }
+  if (m.full_model) {
+    title(out, "Full V3.2 Decode Step (estimate)", '-');
+    out += m.full_model->text;
+  }
   out += std::string(kWidth, '=') + "\n";
   return out;
 }

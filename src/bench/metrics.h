@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/request_result.h"
+#include "bench/server_steps.h"
 #include "bench/stats.h"
 
 namespace osprey::bench {
@@ -41,6 +42,8 @@ struct ServeMetrics {
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
   std::optional<StepTimes> step;
   std::optional<SpecDecodeCounts> spec;  // when the server verified drafts during the run
+  std::vector<StepKindStats> step_kinds;        // per step kind (osprey servers), with the roofline
+  std::optional<FullModelEstimate> full_model;  // the 61-layer, 4-GPU estimate (with --model-dir)
 };
 
 ServeMetrics compute_metrics(const std::vector<RequestResult>& results, double duration_s,

@@ -24,6 +24,7 @@ namespace {
 using nlohmann::json;
 
 constexpr double kGetTimeoutS = 30;
+constexpr int kV32HiddenSize = 7168, kV32RoutedExperts = 256;  // DeepSeek-V3.2's config.json
 
 std::string served_model(const HttpTarget& target) {
   HttpResponse r;
@@ -42,22 +43,13 @@ std::string served_model(const HttpTarget& target) {
   return j["data"][0]["id"].get<std::string>();
 }
 
-// The step-time histogram now into `out` (and the speculative-decoding counters into `spec`
-// when the server has them); false when the server has no /metrics or no such histogram.
-bool read_step_histogram(const HttpTarget& target, HistogramTotals& out,
-                         std::optional<SpecDecodeCounts>& spec) {
+// The server's /metrics text now; empty when it has none.
+std::string read_metrics(const HttpTarget& target) {
   try {
     HttpResponse r = http_get(target, "/metrics", kGetTimeoutS);
-    if (r.status != 200) return false;
-    const std::optional<double> v = find_counter(r.body, kSpecDrafts);
-    const std::optional<double> d = find_counter(r.body, kSpecDraftTokens);
-    const std::optional<double> a = find_counter(r.body, kSpecAccepted);
-    if (v && d && a) spec = SpecDecodeCounts{*v, *d, *a};
-    const std::optional<HistogramTotals> h = find_histogram(r.body, kStepHistogram);
-    if (h) out = *h;
-    return h.has_value();
+    return r.status == 200 ? r.body : std::string();
   } catch (const Error&) {
-    return false;
+    return {};
   }
 }
 
@@ -133,6 +125,38 @@ json result_json(const ServeOptions& o, const ServeResult& r, size_t inexact_pro
                         {"accepted_tokens", m.spec->accepted},
                         {"acceptance_rate", m.spec->acceptance_rate()},
                         {"mean_accepted_length", m.spec->mean_accepted_length()}};
+  if (!m.step_kinds.empty()) {
+    json kinds = json::array();
+    for (const StepKindStats& k : m.step_kinds) {
+      json e = {{"kind", k.kind},
+                {"steps", k.steps},
+                {"mean_ms", k.mean_ms},
+                {"median_ms", k.median_ms},
+                {"p99_ms", k.p99_ms},
+                {"mean_decodes", k.decodes},
+                {"mean_decode_context", k.decode_context},
+                {"mean_chunks", k.chunks},
+                {"mean_chunk_tokens", k.chunk_tokens},
+                {"mean_chunk_start", k.chunk_start}};
+      if (k.predicted_mean_ms) e["predicted_mean_ms"] = *k.predicted_mean_ms;
+      if (k.roofline_ms) e["roofline_ms"] = *k.roofline_ms;
+      kinds.push_back(std::move(e));
+    }
+    j["server_steps"] = std::move(kinds);
+  }
+  if (m.full_model) {
+    const FullModelEstimate& e = *m.full_model;
+    j["full_model_estimate"] = {{"layers", e.layers},
+                                {"gpus", e.gpus},
+                                {"proxy_decode_ms", e.proxy_ms},
+                                {"ms_per_gb", e.ms_per_gb},
+                                {"dense_layer_ms", e.dense_layer_ms},
+                                {"moe_layer_ms", e.moe_layer_ms},
+                                {"one_gpu_ms", e.one_gpu_ms},
+                                {"estimate_ms", e.estimate_ms},
+                                {"vllm_42982_ms", kVllm42982DecodeStepMs},
+                                {"text", e.text}};
+  }
   // vLLM's per-request lists (seconds), then ours with everything.
   json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(),
        itls = json::array(), errors = json::array(), requests = json::array();
@@ -272,21 +296,46 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
               o.max_concurrency > 0 ? std::to_string(o.max_concurrency).c_str() : "none");
   std::fflush(stdout);
 
-  HistogramTotals steps_before, steps_after;
-  std::optional<SpecDecodeCounts> spec_before, spec_after;
-  const bool have_before = read_step_histogram(target, steps_before, spec_before);
+  std::optional<ModelConfig> config;  // read before the run: a bad folder fails at once
+  if (!o.model_dir.empty()) config = ModelConfig::from_file(o.model_dir);
+  const std::string metrics_before = read_metrics(target);
   RunOutcome outcome = run_requests(target, planned, run);
-  const bool have_after = have_before && read_step_histogram(target, steps_after, spec_after);
+  const std::string metrics_after = metrics_before.empty() ? "" : read_metrics(target);
 
   result.requests = std::move(outcome.results);
   result.metrics = compute_metrics(result.requests, outcome.duration_s, o.percentiles);
-  if (have_after && steps_after.count > steps_before.count)
+  const auto steps_before = find_histogram(metrics_before, kStepHistogram);
+  const auto steps_after = find_histogram(metrics_after, kStepHistogram);
+  if (steps_before && steps_after && steps_after->count > steps_before->count)
     result.metrics.step =
-        StepTimes{steps_after.count - steps_before.count, steps_after.sum - steps_before.sum};
-  if (spec_before && spec_after && spec_after->verifies > spec_before->verifies)
-    result.metrics.spec = SpecDecodeCounts{spec_after->verifies - spec_before->verifies,
-                                           spec_after->draft_tokens - spec_before->draft_tokens,
-                                           spec_after->accepted - spec_before->accepted};
+        StepTimes{steps_after->count - steps_before->count, steps_after->sum - steps_before->sum};
+  if (!metrics_after.empty()) {
+    result.metrics.step_kinds = server_step_stats(metrics_before, metrics_after);
+    if (config) {
+      add_roofline(result.metrics.step_kinds, *config, o.roofline);
+      // The 61-layer figure scales a proxy of V3.2's own width (hidden 7168, 256 experts, the
+      // indexer), not any model.
+      const bool v32_width = config->has_indexer && config->hidden_size == kV32HiddenSize &&
+                             config->n_routed_experts == kV32RoutedExperts;
+      for (const StepKindStats& k : result.metrics.step_kinds)
+        if (v32_width && k.kind == "decode" && k.decodes >= 1)
+          result.metrics.full_model = estimate_full_model_decode(*config, k, o.roofline);
+    }
+    // The speculative-decoding counters over the run, when the server verified drafts.
+    auto spec_counts = [](const std::string& text) -> std::optional<SpecDecodeCounts> {
+      const std::optional<double> v = find_counter(text, kSpecDrafts);
+      const std::optional<double> d = find_counter(text, kSpecDraftTokens);
+      const std::optional<double> a = find_counter(text, kSpecAccepted);
+      if (v && d && a) return SpecDecodeCounts{*v, *d, *a};
+      return std::nullopt;
+    };
+    const std::optional<SpecDecodeCounts> sb = spec_counts(metrics_before),
+                                          sa = spec_counts(metrics_after);
+    if (sb && sa && sa->verifies > sb->verifies)
+      result.metrics.spec = SpecDecodeCounts{sa->verifies - sb->verifies,
+                                             sa->draft_tokens - sb->draft_tokens,
+                                             sa->accepted - sb->accepted};
+  }
 
   ReportHeader header;
   if (o.max_concurrency > 0) header.max_concurrency = o.max_concurrency;
@@ -311,17 +360,67 @@ ServeResult run_serve_benchmark(const ServeOptions& o) {
     std::printf("Wrote %s\n", o.result_json.c_str());
   }
   if (!o.plot.empty()) {
-    std::vector<double> ttft, itl;
+    std::vector<double> ttft, itl, tpot;
     for (const RequestResult& q : result.requests)
       if (q.success) {
         ttft.push_back(q.ttft * 1e3);
         for (double g : q.itl) itl.push_back(g * 1e3);
+        if (q.output_tokens > 1)
+          tpot.push_back((q.latency - q.ttft) / double(q.output_tokens - 1) * 1e3);
       }
-    write_histogram_png(o.plot, {{"TTFT (ms)", ttft}, {"ITL (ms)", itl}});
+    write_histogram_png(o.plot, {{"TTFT (ms)", ttft}, {"TPOT (ms)", tpot}, {"ITL (ms)", itl}});
     std::printf("Wrote %s\n", o.plot.c_str());
   }
   std::fflush(stdout);
   return result;
+}
+
+std::string with_rate_suffix(const std::string& path, double rate) {
+  const std::string tag = "-rate" + (std::isinf(rate) ? std::string("inf") : str_cat(rate));
+  const std::filesystem::path p(path);
+  if (!p.has_extension()) return path + tag;
+  return (p.parent_path() / (p.stem().string() + tag + p.extension().string())).string();
+}
+
+std::vector<ServeResult> run_serve_sweep(const ServeOptions& options,
+                                         const std::vector<double>& request_rates) {
+  if (request_rates.empty()) fail("--request-rate: no rate given");
+  std::vector<ServeResult> out;
+  for (size_t i = 0; i < request_rates.size(); ++i) {
+    const double rate = request_rates[i];
+    ServeOptions o = options;
+    o.request_rate = rate;
+    o.seed = options.seed + i;  // new prompts per rate: no run is served from an earlier's cache
+    if (request_rates.size() > 1) {
+      if (!o.result_json.empty()) o.result_json = with_rate_suffix(o.result_json, rate);
+      if (!o.plot.empty()) o.plot = with_rate_suffix(o.plot, rate);
+      std::printf("\n=== request rate %s ===\n", std::isinf(rate) ? "inf" : str_cat(rate).c_str());
+      std::fflush(stdout);
+    }
+    out.push_back(run_serve_benchmark(o));
+  }
+  if (request_rates.size() > 1) {
+    std::printf("\n%-8s %6s %6s %10s %12s %12s %11s %11s %10s %12s\n", "rate", "ok", "failed",
+                "duration_s", "out_tok/s", "total_tok/s", "mean_ttft", "median_tpot", "p99_itl",
+                "decode_step");
+    for (size_t i = 0; i < out.size(); ++i) {
+      const ServeMetrics& m = out[i].metrics;
+      std::string decode = "-";
+      for (const StepKindStats& k : m.step_kinds)
+        if (k.kind == "decode") decode = str_cat(std::round(k.mean_ms * 100) / 100, " ms");
+      const double r = request_rates[i];
+      const double p99_itl = m.itl_ms.percentiles.empty() ? 0 : m.itl_ms.percentiles.back();
+      std::printf("%-8s %6zu %6zu %10.2f %12.1f %12.1f %9.1fms %9.1fms %8.1fms %12s\n",
+                  std::isinf(r) ? "inf" : str_cat(r).c_str(), m.completed, m.failed, m.duration_s,
+                  m.output_throughput, m.total_token_throughput, m.ttft_ms.mean, m.tpot_ms.median,
+                  p99_itl, decode.c_str());
+    }
+    std::printf(
+        "(p99_itl: the last of --metric-percentiles; decode_step: the server's mean "
+        "decode-only step)\n");
+    std::fflush(stdout);
+  }
+  return out;
 }
 
 }  // namespace osprey::bench

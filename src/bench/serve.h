@@ -33,7 +33,9 @@ struct ServeOptions {
   double request_timeout_s = 6 * 3600.0;
   std::string extra_body;  // JSON object merged into every request body
   std::string result_json, plot;
-  bool progress = true;  // a progress line on stderr while running (only when it is a terminal)
+  bool progress = true;      // a progress line on stderr while running (only when it is a terminal)
+  std::string model_dir;     // config.json for the step roofline and the full-model estimate
+  RooflineOptions roofline;  // the card's ceilings and the latent row size for it
 };
 
 // A named workload: sets lengths, concurrency and prompt count.
@@ -56,6 +58,15 @@ struct ServeResult {
 // Runs the benchmark, printing progress and the report on stdout. Throws osprey::Error for bad
 // options or when the server cannot be reached at all; failed requests are counted, not thrown.
 ServeResult run_serve_benchmark(const ServeOptions& options);
+
+// One run per request rate, in order (`--request-rate 1,4,16,inf`), each printing its report;
+// --result-json and --plot get "-rate<R>" before their extension when there is more than one
+// rate, and run i uses --seed + i (fresh prompts: no run hits the prefix cache an earlier one
+// filled). Prints a table of the runs at the end; returns them in order.
+std::vector<ServeResult> run_serve_sweep(const ServeOptions& options,
+                                         const std::vector<double>& request_rates);
+// "in.json" → "in-rate4.json" (the sweep's per-rate file names; "inf" for infinity).
+std::string with_rate_suffix(const std::string& path, double rate);
 
 // The request body for one prompt (exposed for tests).
 std::string request_body(const ServeOptions& o, const std::string& model, const std::string& prompt,

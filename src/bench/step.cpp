@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "bench/step_cost.h"
+#include "model/step_cost.h"
 #include "core/error.h"
 #include "model/greedy.h"
 #include "model/make_model.h"

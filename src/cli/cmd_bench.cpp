@@ -25,6 +25,7 @@ struct ServeArgs {
   std::string request_rate = "inf";
   std::string preset;
   std::string percentiles = "99";
+  std::string kv_cache_dtype = "auto";
 };
 
 double parse_rate(const std::string& s) {
@@ -34,6 +35,18 @@ double parse_rate(const std::string& s) {
   if (end == s.c_str() || *end != '\0' || !(v > 0))
     fail("--request-rate must be a positive number of requests per second or inf, got '", s, "'");
   return v;
+}
+
+// "1,4,16,inf": a sweep, one run per rate.
+std::vector<double> parse_rates(const std::string& s) {
+  std::vector<double> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    out.push_back(parse_rate(s.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return out;
 }
 
 std::vector<double> parse_percentiles(const std::string& s) {
@@ -82,7 +95,8 @@ void add_serve(CLI::App& bench) {
                              "requests in flight at most (0: no limit)")
                  ->capture_default_str();
   sub->add_option("--request-rate", a->request_rate,
-                  "requests per second, Poisson arrivals; inf sends all at once")
+                  "requests per second, Poisson arrivals; inf sends all at once; a comma list "
+                  "(1,4,16,inf) runs one benchmark per rate and prints a table of them")
       ->capture_default_str();
   sub->add_option("--burstiness", o.burstiness, "gamma shape of the arrival gaps (1: Poisson)")
       ->capture_default_str();
@@ -97,6 +111,23 @@ void add_serve(CLI::App& bench) {
   sub->add_option("--result-json", o.result_json, "write the metrics and per-request data here");
   sub->add_option("--plot", o.plot, "write a PNG of the TTFT and ITL distributions here");
   sub->add_flag("!--no-progress", o.progress, "no progress line on stderr");
+  sub->add_option("--model-dir", o.model_dir,
+                  "the served model's folder (config.json): the server's steps by kind are "
+                  "printed beside their roofline, and the full 61-layer 4-GPU decode-step "
+                  "estimate against vLLM #42982");
+  sub->add_option("--roofline-copy-gbs", o.roofline.rates.copy_gbs,
+                  "roofline: device copy bandwidth, GB/s (default: the H200's)")
+      ->capture_default_str();
+  sub->add_option("--roofline-fp8-tflops", o.roofline.rates.fp8_tflops,
+                  "roofline: FP8 block-scaled GEMM rate, TFLOP/s")
+      ->capture_default_str();
+  sub->add_option("--roofline-bf16-tflops", o.roofline.rates.bf16_tflops,
+                  "roofline: BF16 GEMM and attention rate, TFLOP/s")
+      ->capture_default_str();
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "the server's latent cache, for the roofline's bytes: auto|bf16 (1152 B per "
+                  "token and layer at V3.2's shapes) or fp8 (656 B)")
+      ->capture_default_str();
   sub->callback([a, in, out, np, mc] {
     bench::ServeOptions& o = a->o;
     if (!a->preset.empty()) {
@@ -113,12 +144,21 @@ void add_serve(CLI::App& bench) {
       const bool v6 = b.host.find(':') != std::string::npos;
       o.base_url = str_cat("http://", v6 ? "[" : "", b.host, v6 ? "]" : "", ":", b.port, b.prefix);
     }
-    o.request_rate = parse_rate(a->request_rate);
+    const std::vector<double> rates = parse_rates(a->request_rate);
+    o.request_rate = rates.front();
     o.percentiles = parse_percentiles(a->percentiles);
+    const bench::RooflineOptions& ro = o.roofline;
+    if (!(ro.rates.copy_gbs > 0 && ro.rates.fp8_tflops > 0 && ro.rates.bf16_tflops > 0))
+      fail("--roofline-copy-gbs, --roofline-fp8-tflops and --roofline-bf16-tflops must be > 0");
+    if (a->kv_cache_dtype == "fp8")
+      o.roofline.fp8_latent_cache = true;
+    else if (a->kv_cache_dtype != "auto" && a->kv_cache_dtype != "bf16")
+      fail("--kv-cache-dtype must be auto, bf16 or fp8, got '", a->kv_cache_dtype, "'");
     if (o.api_key.empty())
       if (const char* k = std::getenv("OPENAI_API_KEY")) o.api_key = k;
-    const bench::ServeResult r = bench::run_serve_benchmark(o);
-    if (r.metrics.completed == 0) fail("every request failed");
+    const std::vector<bench::ServeResult> runs = bench::run_serve_sweep(o, rates);
+    for (const bench::ServeResult& r : runs)
+      if (r.metrics.completed == 0) fail("every request failed");
   });
 }
 

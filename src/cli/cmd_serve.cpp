@@ -39,7 +39,9 @@ struct Args {
   dist::ParallelConfig parallel;
   std::string model, host = "127.0.0.1", served_model_name, api_key, device = "cpu",
                      load_format = "auto", chat_format = "auto", kv_cache_dtype = "auto",
-                     tool_call_parser = "auto", reasoning_parser = "auto", speculative_config;
+                     tool_call_parser = "auto", reasoning_parser = "auto", speculative_config,
+                     token_budget_policy = "fixed";
+  double target_step_ms = 0;
   int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
       io_threads = 2;
   int64_t num_blocks_override = 0;
@@ -233,6 +235,10 @@ void run(const Args& a, bool kv_given, bool util_given) {
     fail("--kv-cache-memory must be a positive number of GiB, got ", a.kv_cache_memory_gb);
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);  // fails early
+  const TokenBudgetPolicy budget_policy = parse_token_budget_policy(a.token_budget_policy);
+  if (!(a.target_step_ms >= 0))
+    fail("--target-step-ms must be a number of milliseconds >= 0 (0: automatic), got ",
+         a.target_step_ms);
   const std::string dir = resolve_model_dir(a.model);
   if (cuda) check_cuda_fits(dir, a.load_format == "dummy");
   ModelBundleOptions bo;
@@ -247,6 +253,8 @@ void run(const Args& a, bool kv_given, bool util_given) {
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.token_budget_policy = budget_policy;
+  ec.target_step_ms = a.target_step_ms;
   ec.max_model_len = a.max_model_len;
   ec.kv_cache_bytes = int64_t(a.kv_cache_memory_gb * double(1ll << 30));
   if (a.num_blocks_override < 0)
@@ -286,9 +294,8 @@ void run(const Args& a, bool kv_given, bool util_given) {
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
-  AsyncEngine engine(*bundle.model, ec, decoders, [&metrics](const EngineStats& s) {
-    metrics.observe_step(s.last_step_seconds);
-  });
+  AsyncEngine engine(*bundle.model, ec, decoders,
+                     [&metrics](const EngineStats& s) { metrics.observe_step(s.last_step); });
   server::ServerOptions so;
   so.served_model_name =
       a.served_model_name.empty() ? default_served_name(dir) : a.served_model_name;
@@ -320,13 +327,19 @@ void run(const Args& a, bool kv_given, bool util_given) {
   std::fprintf(
       stderr,
       "osprey serve: %s as '%s' on http://%s:%d (%s, max_model_len %d, %lld KV blocks of %d "
-      "tokens, latent cache %s, max_num_seqs %d, %s, tool calls %s, reasoning %s)\n",
+      "tokens, latent cache %s, max_num_seqs %d, token budget %s, %s, tool calls %s, reasoning "
+      "%s)\n",
       dir.c_str(), so.served_model_name.c_str(), a.host.c_str(), http.port(), a.device.c_str(),
       engine.max_model_len(), (long long)st.kv_blocks_total, kBlockSize,
       bundle.model->fp8_latent_cache() ? "fp8"
       : cuda                           ? "bf16"
                                        : "f32",
       a.max_num_seqs,
+      budget_policy == TokenBudgetPolicy::Fixed
+          ? str_cat("fixed ", a.max_num_batched_tokens).c_str()
+          : str_cat("step-time ", a.max_num_batched_tokens, " (target ",
+                    a.target_step_ms > 0 ? str_cat(a.target_step_ms, " ms").c_str() : "auto", ")")
+                .c_str(),
       bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data() : "no tokenizer",
       so.tool_call_parser ? server::tool_call_format_name(*so.tool_call_parser).data() : "off",
       so.reasoning_parser ? server::reasoning_format_name(*so.reasoning_parser).data() : "off");
@@ -348,6 +361,14 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--max-num-seqs", a->max_num_seqs, "sequences per step (default 64)");
   sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
                   "tokens per step (default 2048)");
+  sub->add_option("--token-budget-policy", a->token_budget_policy,
+                  "prompt tokens per step: fixed (whatever --max-num-batched-tokens leaves after "
+                  "the decodes) | step-time (chunks beside decodes cut so the step's predicted "
+                  "time stays within --target-step-ms)")
+      ->capture_default_str();
+  sub->add_option("--target-step-ms", a->target_step_ms,
+                  "step-time policy: the predicted time of a step with decodes and prompt chunks "
+                  "(default 0: twice a decode-only step of --max-num-seqs sequences)");
   auto* kv = sub->add_option("--kv-cache-memory", a->kv_cache_memory_gb,
                              "KV cache size in GiB (default 0.25)");
   auto* util = sub->add_option(

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/spec_verify.h"
+#include "ops/mla.h"
 
 namespace osprey {
 
@@ -34,7 +35,27 @@ SchedulerConfig make_sched_config(const DeepseekModel& m, const EngineConfig& cf
   if (s.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be at least 1");
   s.enable_prefix_caching = cfg.enable_prefix_caching;
   s.eos_token_id = mc.eos_token_id;
+  s.token_budget_policy = cfg.token_budget_policy;
+  if (!(cfg.target_step_ms >= 0))
+    fail("--target-step-ms must be >= 0 (0: automatic), got ", cfg.target_step_ms);
+  s.target_step_s = cfg.target_step_ms * 1e-3;
   return s;
+}
+
+// The step-time model of `m` as it runs: its weights' and latent cache's formats, the attention
+// path its prompt chunks take, the prior of its device.
+StepTimeModel make_step_time_model(const DeepseekModel& m) {
+  const ModelConfig& c = m.config();
+  StepCostOptions o;
+  o.fp8 = c.quant.fp8;
+  o.latent_token_bytes = PagedKVCache::latent_token_bytes(c, m.device(), m.fp8_latent_cache());
+  o.prefill_attention = c.has_indexer && ops::mla_absorbed_prefill_preferred(
+                                             m.device(), c.num_attention_heads, c.kv_lora_rank,
+                                             c.qk_rope_head_dim, /*sparse=*/true)
+                            ? PrefillAttention::Absorbed
+                            : PrefillAttention::Expanded;
+  return StepTimeModel(c, o,
+                       m.device() == Device::CUDA ? cuda_step_time_prior() : cpu_step_time_prior());
 }
 
 int64_t num_blocks_for(const DeepseekModel& m, const EngineConfig& cfg, const SchedulerConfig& s) {
@@ -71,13 +92,26 @@ uint64_t sampler_key(const Sequence& s) {
 
 }  // namespace
 
+const char* step_kind_name(StepKind k) {
+  switch (k) {
+    case StepKind::Decode:
+      return "decode";
+    case StepKind::Mixed:
+      return "mixed";
+    case StepKind::Prefill:
+      return "prefill";
+  }
+  return "?";
+}
+
 Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderFactory decoders)
     : model_(model),
       spec_(cfg.speculative),
       sched_cfg_(make_sched_config(model, cfg)),
       pool_(num_blocks_for(model, cfg, sched_cfg_)),
       cache_(model.make_cache(pool_.n_blocks(), spec_.enabled())),
-      scheduler_(sched_cfg_, pool_),
+      step_model_(make_step_time_model(model)),
+      scheduler_(sched_cfg_, pool_, &step_model_),
       inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
               (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
               sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens)),
@@ -210,7 +244,12 @@ std::vector<RequestOutput> Engine::step() {
   };
   std::vector<Emitted> emitted;
   std::vector<SampleResult> results;
+  std::vector<Sequence*> sampled_seqs;
+  StepShape shape;
+  StepRecord record;
   if (!plan.empty()) {
+    shape = step_shape(plan);
+    record.predicted_seconds = step_model_.predict(shape);
     if (drafter_) {
       std::vector<Sequence*> seqs;
       std::vector<int> want;
@@ -320,6 +359,21 @@ std::vector<RequestOutput> Engine::step() {
   }
   counters_.last_step_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!plan.empty()) {
+    step_model_.calibrate(shape, counters_.last_step_seconds);
+    record.seconds = counters_.last_step_seconds;
+    record.num_decodes = int(shape.decode_contexts.size());
+    for (int64_t c : shape.decode_contexts) record.decode_context_tokens += c;
+    record.num_chunks = int(shape.chunks.size());
+    for (const PrefillChunk& c : shape.chunks) {
+      record.prefill_tokens += c.tokens;
+      record.prefill_start_tokens += c.start;
+    }
+    record.kind = record.num_chunks == 0    ? StepKind::Decode
+                  : record.num_decodes == 0 ? StepKind::Prefill
+                                            : StepKind::Mixed;
+    counters_.last_step = record;
+  }
 
   for (auto it = live_.begin(); it != live_.end();) {
     Live& l = it->second;

@@ -39,6 +39,26 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   uint64_t seed = 0;              // seeds for requests that bring none (0: random)
   SpeculativeConfig speculative;  // off unless set (the model needs its MTP layer)
+  TokenBudgetPolicy token_budget_policy = TokenBudgetPolicy::Fixed;  // scheduler.h
+  double target_step_ms = 0;  // StepTime's target (0: automatic, see SchedulerConfig)
+};
+
+// One engine step's shape and time, as /metrics reports them by kind.
+enum class StepKind {
+  Decode,
+  Mixed,
+  Prefill
+};                                       // decodes only; decodes + prompt chunks; chunks only
+const char* step_kind_name(StepKind k);  // "decode", "mixed", "prefill"
+struct StepRecord {
+  StepKind kind = StepKind::Decode;
+  double seconds = 0;            // measured, scheduling to commit
+  double predicted_seconds = 0;  // the step-time model's prediction before it ran
+  int num_decodes = 0;
+  int64_t decode_context_tokens = 0;  // Σ over the decodes of their context
+  int num_chunks = 0;
+  int64_t prefill_tokens = 0;        // prompt-chunk tokens
+  int64_t prefill_start_tokens = 0;  // Σ over the chunks of their first position
 };
 
 struct TokenLogprob {
@@ -79,6 +99,7 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   int64_t spec_verifies = 0;
+  StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
 class Engine {
@@ -108,6 +129,7 @@ class Engine {
   EngineStats stats() const;
   const BlockPool& block_pool() const { return pool_; }
   const ModelConfig& model_config() const { return model_.config(); }
+  const StepTimeModel& step_time_model() const { return step_model_; }
   int max_model_len() const { return sched_cfg_.max_model_len; }
   const SpeculativeConfig& speculative() const { return spec_; }
 
@@ -130,6 +152,7 @@ class Engine {
   SchedulerConfig sched_cfg_;
   BlockPool pool_;
   PagedKVCache cache_;
+  StepTimeModel step_model_;  // before scheduler_, which reads it
   Scheduler scheduler_;
   StepInputs inputs_;
   Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used

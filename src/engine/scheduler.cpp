@@ -6,9 +6,55 @@
 
 namespace osprey {
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {
+TokenBudgetPolicy parse_token_budget_policy(const std::string& name) {
+  if (name == "fixed") return TokenBudgetPolicy::Fixed;
+  if (name == "step-time") return TokenBudgetPolicy::StepTime;
+  fail("--token-budget-policy must be fixed or step-time, got '", name, "'");
+}
+
+StepShape step_shape(const StepPlan& plan) {
+  StepShape shape;
+  for (const ScheduledSeq& e : plan.seqs) {
+    if (e.num_tokens == 1 && e.sample)
+      shape.decode_contexts.push_back(e.start + 1);
+    else
+      shape.chunks.push_back({e.start, e.num_tokens});
+  }
+  return shape;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool, const StepTimeModel* step_model)
+    : cfg_(cfg), pool_(pool), step_model_(step_model) {
   OSPREY_CHECK(cfg.max_num_seqs > 0 && cfg.max_num_batched_tokens > 0 && cfg.block_size > 0,
                "scheduler budgets must be positive");
+  OSPREY_CHECK(cfg.token_budget_policy != TokenBudgetPolicy::StepTime || step_model,
+               "the step-time token budget needs a step-time model");
+}
+
+int Scheduler::prefill_token_cap(const std::vector<Sequence*>& order) const {
+  const int all = cfg_.max_num_batched_tokens;
+  if (cfg_.token_budget_policy == TokenBudgetPolicy::Fixed) return all;
+  std::vector<int64_t> decodes;  // contexts (cached + the new token)
+  int64_t chunk_start = -1;      // where the first prompt chunk would start
+  for (const Sequence* s : order) {
+    if (s->num_tokens() - s->num_computed == 1)
+      decodes.push_back(s->num_tokens());
+    else if (chunk_start < 0)
+      chunk_start = s->num_computed;
+  }
+  if (chunk_start < 0) chunk_start = waiting_.empty() ? 0 : waiting_.front()->num_computed;
+  const int room = all - int(decodes.size());
+  if (room <= 0) return 0;
+  double target = cfg_.target_step_s;
+  if (target <= 0 && !decodes.empty()) {
+    int64_t sum = 0;
+    for (int64_t c : decodes) sum += c;
+    StepShape full;
+    full.decode_contexts.assign(size_t(cfg_.max_num_seqs), sum / int64_t(decodes.size()));
+    target = kAutoTargetFactor * step_model_->predict(full);
+  }
+  return step_model_->prefill_budget(decodes, chunk_start, std::min(cfg_.block_size, room), room,
+                                     cfg_.block_size, target);
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -102,11 +148,13 @@ StepPlan Scheduler::schedule() {
                         [](Sequence* s) { return s->num_tokens() - s->num_computed == 1; });
   std::vector<Sequence*> scheduled;
   bool preempted = false;
+  int prefill_left = prefill_token_cap(order);
   for (Sequence* s : order) {
     if (s->status != SeqStatus::Running) continue;  // preempted earlier in this loop
     if (budget <= 0) break;
     const int n_draft = drafts_for(s);
-    const int n = std::min(s->num_tokens() - s->num_computed, budget) + n_draft;
+    const int left = s->num_tokens() - s->num_computed;
+    const int n = std::min({left, budget, left == 1 ? budget : prefill_left}) + n_draft;
     if (n <= 0) continue;
     while (!grow(s, s->num_computed + n)) {
       // Preempt the most recently admitted running sequence not yet scheduled (possibly s).
@@ -123,15 +171,16 @@ StepPlan Scheduler::schedule() {
     }
     if (s->status != SeqStatus::Running) continue;
     add(s, n, n_draft);
+    if (left != 1) prefill_left -= n;
     scheduled.push_back(s);
   }
 
   // 2. Waiting sequences, FCFS, while there is room (not in a step that had to preempt).
-  while (!preempted && !waiting_.empty() && budget > 0 &&
+  while (!preempted && !waiting_.empty() && budget > 0 && prefill_left > 0 &&
          int(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
     admit_prefix(s);
-    const int n = std::min(s->num_tokens() - s->num_computed, budget);
+    const int n = std::min({s->num_tokens() - s->num_computed, budget, prefill_left});
     if (!grow(s, s->num_computed + n)) {
       pool_.release(s->blocks);  // give back the prefix blocks; try again next step
       s->blocks.clear();
@@ -143,6 +192,7 @@ StepPlan Scheduler::schedule() {
     s->status = SeqStatus::Running;
     running_.push_back(s);
     add(s, n, 0);
+    prefill_left -= n;
   }
   return plan;
 }

@@ -14,15 +14,26 @@
 // counted in the token budget, within max_model_len and max_tokens); commit_verified() then keeps
 // the accepted prefix and rolls the rest back (num_computed stops after the last accepted token,
 // so the rejected positions' cache entries are rewritten before anything reads them).
+// The token budget of prompt chunks follows SchedulerConfig::token_budget_policy: Fixed fills
+// whatever max_num_batched_tokens leaves after the decodes (vLLM's chunked-prefill budget);
+// StepTime caps the step's prompt tokens so its predicted time (engine/step_time_model.h) stays
+// within target_step_s when decodes share the step (stall-free mixed chunks, as Sarathi-Serve and
+// SGLang's mixed chunk do), never below one block of prompt tokens so prefill always progresses.
 #pragma once
 
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "engine/sequence.h"
+#include "engine/step_time_model.h"
 #include "kv/block_pool.h"
 
 namespace osprey {
+
+enum class TokenBudgetPolicy { Fixed, StepTime };
+// "fixed" | "step-time"; throws osprey::Error naming the choices for anything else.
+TokenBudgetPolicy parse_token_budget_policy(const std::string& name);
 
 struct SchedulerConfig {
   int max_num_seqs = 64;
@@ -32,7 +43,14 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   int eos_token_id = -1;
   int num_speculative_tokens = 0;  // draft tokens a decode may verify per step (0: off)
+  TokenBudgetPolicy token_budget_policy = TokenBudgetPolicy::Fixed;
+  // StepTime: the predicted step time to keep mixed steps within; 0: kAutoTargetFactor × the
+  // predicted decode-only step of max_num_seqs sequences at the running decodes' mean context.
+  double target_step_s = 0;
 };
+
+// With target_step_s 0, mixed steps may take this many times a full decode-only step.
+inline constexpr double kAutoTargetFactor = 2.0;
 
 struct ScheduledSeq {
   Sequence* seq;
@@ -49,9 +67,14 @@ struct StepPlan {
   bool empty() const { return seqs.empty(); }
 };
 
+// The plan as the step-time model sees it: one-token sampled entries are decodes (context
+// start + 1), the rest prompt chunks.
+StepShape step_shape(const StepPlan& plan);
+
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
+  // step_model: required by TokenBudgetPolicy::StepTime (not owned; outlives the scheduler).
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool, const StepTimeModel* step_model = nullptr);
 
   void add(Sequence* seq);
   StepPlan schedule();
@@ -78,9 +101,12 @@ class Scheduler {
   void admit_prefix(Sequence* s);  // reuse cached blocks for a leading run of full blocks
   void cache_full_blocks(Sequence* s);
   void remove_running(Sequence* s);
+  // The prompt tokens this step may take (order: running, decodes first).
+  int prefill_token_cap(const std::vector<Sequence*>& order) const;
 
   SchedulerConfig cfg_;
   BlockPool& pool_;
+  const StepTimeModel* step_model_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
 };

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <iterator>
 
 namespace osprey::server {
 
@@ -8,6 +9,12 @@ namespace {
 std::string num(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+// Counters that outgrow 9 digits (context tokens summed over a server's life).
+std::string count(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.15g", v);
   return b;
 }
 }  // namespace
@@ -22,25 +29,46 @@ void Histogram::observe(double v) {
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  render_samples(out, name, "");
+}
+
+void Histogram::render_samples(std::string& out, const std::string& name,
+                               const std::string& labels) const {
+  const std::string pre = labels.empty() ? "{" : "{" + labels + ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cum += counts_[i];
-    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+    out += name + "_bucket" + pre + "le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
   }
   cum += counts_.back();
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
-  out += name + "_sum " + num(sum_) + "\n";
-  out += name + "_count " + std::to_string(count_) + "\n";
+  out += name + "_bucket" + pre + "le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += name + "_sum" + own + " " + num(sum_) + "\n";
+  out += name + "_count" + own + " " + std::to_string(count_) + "\n";
 }
+
+namespace {
+// Step-time buckets: 10% apart from 0.5 ms to past 100 s (130 bounds), so a quantile read back by
+// linear interpolation inside a bucket is within a few percent of the sample's.
+constexpr double kStepBucketLow = 0.5e-3, kStepBucketRatio = 1.1;
+constexpr int kStepBuckets = 130;
+std::vector<double> step_buckets() {
+  std::vector<double> b;
+  double v = kStepBucketLow;
+  for (int i = 0; i < kStepBuckets; ++i, v *= kStepBucketRatio) b.push_back(v);
+  return b;
+}
+constexpr StepKind kStepKinds[] = {StepKind::Decode, StepKind::Mixed, StepKind::Prefill};
+}  // namespace
 
 Metrics::Metrics()
     : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
              20, 40, 80}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
             0.075, 0.1,    0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1,    2.5}),
-      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}),
-      step_({0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25,
-             0.5, 1}) {}
+      e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {
+  for (size_t i = 0; i < std::size(kStepKinds); ++i) steps_.push_back({Histogram(step_buckets())});
+}
 
 void Metrics::observe_ttft(double s) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -54,9 +82,16 @@ void Metrics::observe_e2e(double s) {
   std::lock_guard<std::mutex> lk(mu_);
   e2e_.observe(s);
 }
-void Metrics::observe_step(double s) {
+void Metrics::observe_step(const StepRecord& r) {
   std::lock_guard<std::mutex> lk(mu_);
-  step_.observe(s);
+  StepFamily& f = steps_[size_t(r.kind)];
+  f.seconds.observe(r.seconds);
+  f.predicted_s += r.predicted_seconds;
+  f.decode_seqs += r.num_decodes;
+  f.decode_context += double(r.decode_context_tokens);
+  f.chunks += r.num_chunks;
+  f.prefill_tokens += double(r.prefill_tokens);
+  f.prefill_start += double(r.prefill_start_tokens);
 }
 void Metrics::request_finished(const std::string& reason) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -117,7 +152,33 @@ std::string Metrics::render(const EngineStats& s) const {
   itl_.render(o, "osprey_inter_token_latency_seconds",
               "Time between successive outputs of a request.");
   e2e_.render(o, "osprey_e2e_request_latency_seconds", "Time from arrival to the last token.");
-  step_.render(o, "osprey_step_duration_seconds", "Duration of one engine step.");
+  const std::string step = "osprey_step_duration_seconds";
+  o += "# HELP " + step +
+       " Duration of one engine step, by kind: decode (decodes only), mixed (decodes and prompt "
+       "chunks), prefill (prompt chunks only).\n# TYPE " +
+       step + " histogram\n";
+  for (StepKind k : kStepKinds)
+    steps_[size_t(k)].seconds.render_samples(
+        o, step, std::string("step_kind=\"") + step_kind_name(k) + "\"");
+  auto by_kind = [&](const char* name, const char* help, double StepFamily::*field) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+    for (StepKind k : kStepKinds)
+      o += std::string(name) + "{step_kind=\"" + step_kind_name(k) + "\"} " +
+           count(steps_[size_t(k)].*field) + "\n";
+  };
+  by_kind("osprey_step_predicted_seconds_total",
+          "Step time the scheduler's step-time model predicted, summed.", &StepFamily::predicted_s);
+  by_kind("osprey_step_decode_seqs_total", "Decoding sequences in the steps.",
+          &StepFamily::decode_seqs);
+  by_kind("osprey_step_decode_context_tokens_total",
+          "Context tokens of the decoding sequences (cached + the new one), summed.",
+          &StepFamily::decode_context);
+  by_kind("osprey_step_prefill_chunks_total", "Prompt chunks in the steps.", &StepFamily::chunks);
+  by_kind("osprey_step_prefill_tokens_total", "Prompt-chunk tokens computed in the steps.",
+          &StepFamily::prefill_tokens);
+  by_kind("osprey_step_prefill_start_tokens_total",
+          "First positions of the prompt chunks (tokens already cached), summed.",
+          &StepFamily::prefill_start);
   return o;
 }
 

@@ -10,7 +10,14 @@
 //              osprey_spec_decode_num_accepted_tokens_total
 //   spec gauges osprey_spec_decode_acceptance_rate, osprey_spec_decode_mean_accepted_length
 //   histograms osprey_time_to_first_token_seconds, osprey_inter_token_latency_seconds,
-//              osprey_e2e_request_latency_seconds, osprey_step_duration_seconds
+//              osprey_e2e_request_latency_seconds,
+//              osprey_step_duration_seconds{step_kind="decode"|"mixed"|"prefill"} (fine buckets,
+//              10% apart, so a client can take medians and P99s of a run from two snapshots)
+//   per step kind, counters of the steps' shapes (the roofline of the mean step, bench serve):
+//              osprey_step_decode_seqs_total, osprey_step_decode_context_tokens_total,
+//              osprey_step_prefill_chunks_total, osprey_step_prefill_tokens_total,
+//              osprey_step_prefill_start_tokens_total, osprey_step_predicted_seconds_total
+//              (the scheduler's step-time model, engine/step_time_model.h)
 // Thread-safe: observations come from the I/O threads and the engine thread.
 #pragma once
 
@@ -29,6 +36,8 @@ class Histogram {
       : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
   void observe(double v);
   void render(std::string& out, const std::string& name, const std::string& help) const;
+  // The sample lines alone, every one carrying `labels` (e.g. `step_kind="decode"`).
+  void render_samples(std::string& out, const std::string& name, const std::string& labels) const;
 
  private:
   std::vector<double> bounds_;
@@ -43,14 +52,20 @@ class Metrics {
   void observe_ttft(double s);
   void observe_itl(double s);
   void observe_e2e(double s);
-  void observe_step(double s);
+  void observe_step(const StepRecord& step);
   void request_finished(const std::string& reason);
   void request_failed();
   std::string render(const EngineStats& stats) const;
 
  private:
   mutable std::mutex mu_;
-  Histogram ttft_, itl_, e2e_, step_;
+  Histogram ttft_, itl_, e2e_;
+  struct StepFamily {  // one step kind
+    Histogram seconds;
+    double predicted_s = 0;
+    double decode_seqs = 0, decode_context = 0, chunks = 0, prefill_tokens = 0, prefill_start = 0;
+  };
+  std::vector<StepFamily> steps_;  // [3], by StepKind
   std::map<std::string, uint64_t> success_;
   uint64_t failures_ = 0;
 };

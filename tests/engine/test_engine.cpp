@@ -94,6 +94,43 @@ TEST(Engine, SmallChunksMatch) {
   expect_matches_alone(cfg);
 }
 
+// The step-time token budget: prompt chunks sized by the predicted step time (a target tight enough
+// to cut chunks beside decodes) give every prompt its own greedy tokens, and the step records
+// name each step's kind and shape.
+TEST(Engine, StepTimeBudgetMatchesAloneAndRecordsSteps) {
+  EngineConfig cfg;
+  cfg.num_blocks = 64;
+  cfg.max_model_len = 512;
+  cfg.token_budget_policy = TokenBudgetPolicy::StepTime;
+  cfg.target_step_ms = 1e-3;  // below any step: chunks of one block beside decodes
+  expect_matches_alone(cfg);
+
+  Engine e(model(), cfg);
+  e.add_request(1, tokens(40, 7), greedy(4));
+  e.step();  // prefill alone: the whole prompt (nothing waits on it)
+  EngineStats s = e.stats();
+  EXPECT_EQ(s.last_step.kind, StepKind::Prefill);
+  EXPECT_EQ(s.last_step.prefill_tokens, 40);
+  EXPECT_EQ(s.last_step.num_decodes, 0);
+  EXPECT_GT(s.last_step.seconds, 0);
+  EXPECT_GT(s.last_step.predicted_seconds, 0);
+  e.add_request(2, tokens(200, 8), greedy(4));
+  e.step();  // request 1 decodes beside one block of request 2's prompt
+  s = e.stats();
+  EXPECT_EQ(s.last_step.kind, StepKind::Mixed);
+  EXPECT_EQ(s.last_step.num_decodes, 1);
+  EXPECT_EQ(s.last_step.decode_context_tokens, 41);
+  EXPECT_EQ(s.last_step.prefill_tokens, kBlockSize);
+  EXPECT_EQ(s.last_step.prefill_start_tokens, 0);
+  e.step();
+  s = e.stats();
+  EXPECT_EQ(s.last_step.prefill_start_tokens, kBlockSize);
+  EXPECT_EQ(e.step_time_model().calibrations(), 3);
+  while (e.has_unfinished()) e.step();
+  EXPECT_EQ(e.block_pool().n_held(), 0);
+  EXPECT_EQ(s.steps, 3);
+}
+
 // The FP8 latent cache: batched and chunked runs still give each prompt's own greedy tokens (the
 // quantization of a token does not depend on its batch), and the same KV memory holds more blocks.
 TEST(Engine, Fp8LatentCacheMatchesAloneAndHoldsMoreBlocks) {

@@ -4,14 +4,17 @@
 
 #include <memory>
 
+#include "core/error.h"
 #include "engine/scheduler.h"
+#include "model/make_model.h"
 
 using namespace osprey;
 
 namespace {
 
 struct Harness {
-  explicit Harness(SchedulerConfig c, int64_t blocks) : pool(blocks), sched(c, pool) {}
+  explicit Harness(SchedulerConfig c, int64_t blocks, const StepTimeModel* model = nullptr)
+      : pool(blocks), sched(c, pool, model) {}
   Sequence* add(int prompt_len, int max_tokens = 100, int32_t base = 10) {
     auto s = std::make_unique<Sequence>();
     s->id = seqs.size();
@@ -152,4 +155,132 @@ TEST(Scheduler, AbortFreesEverything) {
   EXPECT_EQ(h.pool.n_held(), 0);
   EXPECT_TRUE(h.sched.schedule().empty());
   EXPECT_EQ(a->finish, FinishReason::Abort);
+}
+
+// The step-time token budget (TokenBudgetPolicy::StepTime) on DeepSeek-V3.2's 5-layer proxy with
+// the H200 prior: vLLM's 5000-in workload, 64 sequences decoding at context ~5000 when one more
+// 5000-token prompt arrives.
+namespace {
+
+struct Dsv32Wave {
+  explicit Dsv32Wave(TokenBudgetPolicy policy, double target_ms = 50)
+      : model(preset_config("dsv32"), {true, 0, PrefillAttention::Absorbed},
+              cuda_step_time_prior()),
+        h(make_cfg(policy, target_ms), 65 * 130, &model) {}
+  static SchedulerConfig make_cfg(TokenBudgetPolicy policy, double target_ms) {
+    SchedulerConfig c;
+    c.max_num_batched_tokens = 2048;
+    c.max_num_seqs = 65;
+    c.block_size = 64;
+    c.max_model_len = 8192;
+    c.token_budget_policy = policy;
+    c.target_step_s = target_ms * 1e-3;
+    return c;
+  }
+  // n prompts of `len` tokens, stepped until every one decodes (none finishes before the test:
+  // 3000 tokens out each).
+  void start_decodes(int n = 64, int len = 5000) {
+    for (int i = 0; i < n; ++i) h.add(len, 3000, 10 + i * 9000);
+    for (int guard = 0; guard < 1000; ++guard) {
+      bool all = true;
+      for (auto& s : h.seqs) all = all && !s->output.empty();
+      if (all) return;
+      h.step();
+    }
+    FAIL() << "the 64 prompts did not all reach decode";
+  }
+  StepTimeModel model;
+  Harness h;
+};
+
+int decodes_in(const StepPlan& p) {
+  int n = 0;
+  for (const ScheduledSeq& e : p.seqs) n += e.num_tokens == 1 && e.sample;
+  return n;
+}
+
+}  // namespace
+
+TEST(SchedulerStepTime, ChunkBesideDecodesKeepsThePredictedStepWithinTheTarget) {
+  Dsv32Wave w(TokenBudgetPolicy::StepTime, 50);
+  w.start_decodes();
+  Sequence* late = w.h.add(5000, 10, 900000);
+  int steps = 0;
+  while (late->output.empty()) {
+    const StepPlan p = w.h.step();
+    ++steps;
+    ASSERT_LT(steps, 200) << "prefill of the late prompt stalled";
+    EXPECT_EQ(decodes_in(p), 64) << "a decode was left out (step " << steps << ")";
+    int chunk = 0;
+    for (const ScheduledSeq& e : p.seqs)
+      if (e.seq == late) chunk = e.num_tokens;
+    EXPECT_GE(chunk, 64) << "prefill did not progress (step " << steps << ")";
+    const double t = w.model.predict(step_shape(p));
+    EXPECT_LE(t, 50e-3) << "step " << steps << ": chunk " << chunk;
+    // The chunk is the largest within the target: one more block would be over it (except the
+    // prompt's last chunk, which is what was left).
+    if (!p.seqs.back().sample) {
+      StepShape more = step_shape(p);
+      more.chunks.back().tokens += 64;
+      EXPECT_GT(w.model.predict(more), 50e-3) << "step " << steps;
+      // And well under the fixed budget's 1984 tokens (2048 less the 64 decodes).
+      EXPECT_LT(chunk, 1984);
+    }
+  }
+  // 5000 tokens in chunks well under the fixed budget: more steps than the fixed policy's 3.
+  EXPECT_GT(steps, 3);
+}
+
+TEST(SchedulerStepTime, FixedPolicyKeepsTheOldBudget) {
+  Dsv32Wave w(TokenBudgetPolicy::Fixed);
+  w.start_decodes();
+  Sequence* late = w.h.add(5000, 10, 900000);
+  const StepPlan p = w.h.step();
+  EXPECT_EQ(decodes_in(p), 64);
+  EXPECT_EQ(p.seqs.back().seq, late);
+  EXPECT_EQ(p.seqs.back().num_tokens, 2048 - 64);
+  EXPECT_GT(w.model.predict(step_shape(p)), 50e-3);  // the stall the step-time budget avoids
+}
+
+TEST(SchedulerStepTime, WithoutDecodesTheWholeBudgetGoesToPrefill) {
+  Dsv32Wave w(TokenBudgetPolicy::StepTime, 1);  // a 1 ms target, far below any chunk
+  w.h.add(5000);
+  const StepPlan p = w.h.step();  // nothing decodes yet: nothing waits on the chunk
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.num_tokens, 2048);
+}
+
+TEST(SchedulerStepTime, TargetBelowTheDecodeStepStillPrefillsOneBlock) {
+  Dsv32Wave w(TokenBudgetPolicy::StepTime, 1);
+  w.start_decodes(8, 500);  // (one block a step: 64 prompts of 5000 would take 5000 steps)
+  w.h.add(5000, 10, 900000);
+  const StepPlan p = w.h.step();
+  EXPECT_EQ(decodes_in(p), 8);
+  EXPECT_EQ(p.seqs.back().num_tokens, 64);  // one block: prefill never starves
+}
+
+TEST(SchedulerStepTime, AutomaticTargetIsTwiceTheFullDecodeStep) {
+  Dsv32Wave w(TokenBudgetPolicy::StepTime, 0);
+  w.start_decodes();
+  w.h.add(5000, 10, 900000);
+  const StepPlan p = w.h.step();
+  StepShape full;
+  for (const ScheduledSeq& e : p.seqs)
+    if (e.num_tokens == 1 && e.sample) full.decode_contexts.push_back(e.start + 1);
+  ASSERT_EQ(full.decode_contexts.size(), 64u);
+  int64_t sum = 0;
+  for (int64_t c : full.decode_contexts) sum += c;
+  full.decode_contexts.assign(65, sum / 64);  // max_num_seqs sequences at the mean context
+  const double target = kAutoTargetFactor * w.model.predict(full);
+  const double t = w.model.predict(step_shape(p));
+  EXPECT_LE(t, target);
+  StepShape more = step_shape(p);
+  more.chunks.back().tokens += 64;
+  EXPECT_GT(w.model.predict(more), target);
+}
+
+TEST(SchedulerStepTime, PolicyNames) {
+  EXPECT_EQ(parse_token_budget_policy("fixed"), TokenBudgetPolicy::Fixed);
+  EXPECT_EQ(parse_token_budget_policy("step-time"), TokenBudgetPolicy::StepTime);
+  EXPECT_THROW(parse_token_budget_policy("fast"), Error);
 }

@@ -1,13 +1,13 @@
-// The roofline counts of `osprey bench step` against numbers worked out by hand from
+// The roofline counts (model/step_cost.h) against numbers worked out by hand from
 // DeepSeek-V3.2's shapes (BENCHMARKS.md, reference/performance.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "bench/step_cost.h"
 #include "model/make_model.h"
+#include "model/step_cost.h"
 
-namespace osprey::bench {
+namespace osprey {
 namespace {
 
 TEST(StepCost, ExpectedExpertsMatchTheUniformFormula) {
@@ -51,4 +51,4 @@ TEST(StepCost, PrefillFlopsAreDominatedByTwiceTheActiveParameters) {
 }
 
 }  // namespace
-}  // namespace osprey::bench
+}  // namespace osprey
