@@ -203,10 +203,13 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     const double s = t.median_ms * 1e-3, sw = tw.median_ms * 1e-3;
     std::printf(
         "%-26s %6lld %7zu %10.1f %7.0f %5.1f%% %8.1f %5.1f%% %11.1f %8.0f %5.1f%% %9.2e%s\n",
-        n <= 128 ? "decode (W8A8 swap-AB)" : "prefill (WMMA, W8A16)", static_cast<long long>(n),
-        touched.size(), t.median_ms * 1e3, bytes / s / 1e9, 100 * bytes / s / 1e9 / copy_gbs,
-        flops / s / 1e12, 100 * flops / s / 1e12 / fp8_tf, tw.median_ms * 1e3, bytes / sw / 1e9,
-        100 * bytes / sw / 1e9 / copy_gbs, diff, diff <= 0.1 ? "" : "  CHECK FAILED");
+        n > 128   ? "prefill (WMMA, W8A16)"
+        : uniform ? "decode, uniform routing"
+                  : "decode, V3.2 router",
+        static_cast<long long>(n), touched.size(), t.median_ms * 1e3, bytes / s / 1e9,
+        100 * bytes / s / 1e9 / copy_gbs, flops / s / 1e12, 100 * flops / s / 1e12 / fp8_tf,
+        tw.median_ms * 1e3, bytes / sw / 1e9, 100 * bytes / sw / 1e9 / copy_gbs, diff,
+        diff <= 0.1 ? "" : "  CHECK FAILED");
     OSPREY_CHECK(diff <= 0.1, "moe n ", n, ": the two paths disagree (", diff, ")");
     std::fflush(stdout);
   }
