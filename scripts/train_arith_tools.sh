@@ -13,7 +13,7 @@
 #   full, < 10 min:
 #     scripts/train_arith_tools.sh $OUT build/osprey --device cuda
 # Budgets (environment): TRAIN_ARITH_BUDGET_S (510: the whole training script, evaluation
-# included), TRAIN_ARITH_EVAL_RESERVE_S (140: of it, kept for saving and evaluating),
+# included), TRAIN_ARITH_EVAL_RESERVE_S (120: of it, kept for saving and evaluating),
 # OSPREY_EVAL_TIMEOUT_S (55), TRAIN_ARITH_PART_MIB (15: the archive's part size).
 #
 # OUT receives at most 6 files (a device call returns 8, each at most 16 MiB):
@@ -52,7 +52,7 @@ status=0
 
 PYTHONUNBUFFERED=1 python3 "$here/tools/train_arith.py" --out "$model" --eval-dir "$evald" \
   --minutes 7 --time-budget-s "${TRAIN_ARITH_BUDGET_S:-510}" \
-  --eval-reserve-s "${TRAIN_ARITH_EVAL_RESERVE_S:-140}" "${train_args[@]}" 2>&1 | tee "$out/train.log"
+  --eval-reserve-s "${TRAIN_ARITH_EVAL_RESERVE_S:-120}" "${train_args[@]}" 2>&1 | tee "$out/train.log"
 rc=${PIPESTATUS[0]}
 if [[ $rc != 0 ]]; then
   echo "train_arith_tools: tools/train_arith.py exited with $rc (3: a check or an evaluation" \

@@ -132,6 +132,8 @@ MAX_POSITIONS = 2048
 # recomputation with dense attention in float32 (TF32 off): the same arithmetic in other shapes
 # differs by ~1e-6; a wrong mask or position moves logits by far more than this.
 MTP_CHECK_TOLERANCE = 1e-3
+# Texts per tokenizer batch when preparing the training data (bounds the Encodings alive at once).
+ENCODE_CHUNK = 50_000
 
 FAILURES = []  # what went wrong (checks, evaluation sections): the exit status is 3 if any
 
@@ -231,12 +233,15 @@ class Encoder:
                 plan.append((len(texts), trained))
                 texts.append(text)
             plans.append(plan)
-        encoded = self.tok.encode_batch(texts, add_special_tokens=False)
+        encoded = []  # ids only, in chunks (an Encoding holds far more than its ids)
+        for s in range(0, len(texts), ENCODE_CHUNK):
+            encoded += [e.ids for e in self.tok.encode_batch(texts[s:s + ENCODE_CHUNK],
+                                                              add_special_tokens=False)]
         out = []
         for plan in plans:
             ids, mask = [], []
             for ref, trained in plan:
-                part = prefix_ids if ref is None else encoded[ref].ids
+                part = prefix_ids if ref is None else encoded[ref]
                 ids += part
                 mask += [trained] * len(part)
             out.append((ids, mask))
@@ -1052,7 +1057,7 @@ def main():
     ap.add_argument("--time-budget-s", type=float, default=0.0,
                     help="wall-clock budget of the whole run from the process start (0: none): "
                          "training ends --eval-reserve-s before it, evaluation sections stop at it")
-    ap.add_argument("--eval-reserve-s", type=float, default=130.0,
+    ap.add_argument("--eval-reserve-s", type=float, default=120.0,
                     help="seconds of --time-budget-s kept for saving and evaluating")
     ap.add_argument("--dense-frac", type=float, default=0.3, help="share of the time in the dense warm-up")
     ap.add_argument("--n-train", type=int, default=400_000)
@@ -1216,6 +1221,18 @@ def main():
     tool_cursor, tool_steps = 0, 0
     warmup_steps = 100 if not args.smoke else 5
     stage_switch = None
+
+    def record(at):  # the losses of the step just done (the loop's variables)
+        rec = {"step": at, "seconds": round(time.time() - t_train, 1),
+               "stage": "sparse" if TrainState.sparse else "dense",
+               "lm_loss": round(lm_loss.item(), 5), "mtp_loss": round(mtp_loss.item(), 5),
+               "mtp_weight": lam if use_mtp else 0.0,
+               "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4)}
+        if not all(math.isfinite(rec[k]) for k in ("lm_loss", "mtp_loss", "indexer_kl")):
+            sys.exit(f"train_arith: the loss is not finite at step {at}: {rec}")
+        history.append(rec)
+        print(json.dumps(rec), flush=True)
+
     while True:
         frac = (time.time() - t_train) / budget
         if frac >= 1.0:
@@ -1276,16 +1293,10 @@ def main():
                 load = loads[r].float()
                 r.e_score_correction_bias += args.bias_update * torch.sign(load.mean() - load)
         if step % 50 == 0:
-            rec = {"step": step, "seconds": round(time.time() - t_train, 1),
-                   "stage": "sparse" if TrainState.sparse else "dense",
-                   "lm_loss": round(lm_loss.item(), 5), "mtp_loss": round(mtp_loss.item(), 5),
-                   "mtp_weight": lam if mtp is not None else 0.0,
-                   "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4)}
-            if not all(math.isfinite(rec[k]) for k in ("lm_loss", "mtp_loss", "indexer_kl")):
-                sys.exit(f"train_arith: the loss is not finite at step {step}: {rec}")
-            history.append(rec)
-            print(json.dumps(rec), flush=True)
+            record(step)
         step += 1
+    if step and history[-1]["step"] != step - 1:
+        record(step - 1)  # the last step's losses
     TrainState.active, TrainState.valid, TrainState.kl = False, None, []
     for h in hooks:
         h.remove()
