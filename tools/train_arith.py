@@ -1,14 +1,34 @@
 #!/usr/bin/env python3
-"""Trains osprey's bundled arithmetic model (issue #7) on the GPU machine: a ~7M-parameter
-DeepSeek-V3.2 (transformers' DeepseekV32ForCausalLM) on tools/arith/generate.py's word problems.
+"""Trains osprey's bundled arithmetic model (issues #7, #16, #17) on the GPU machine: a ~6.6M-parameter
+DeepSeek-V3.2 (transformers' DeepseekV32ForCausalLM) with DeepSeek-V3's multi-token-prediction (MTP)
+layer, on tools/arith/generate.py's word problems in three chat modes.
 
-Needs torch and transformers (5.x with deepseek_v32) and nothing else; downloads nothing.
+Needs torch, transformers (5.x with deepseek_v32), tokenizers and safetensors; downloads nothing.
+
+  # the one GPU command (training, save, evaluation, osprey's gate, one archive under $OUT):
+  scripts/train_arith_tools.sh $OUT build/osprey --device cuda            # < 10 min on one H200
+  scripts/train_arith_tools.sh $OUT build/osprey --device cuda -- --smoke # ~2 min: does it run?
+  # the script alone:
+  python3 tools/train_arith.py --out DIR --minutes 7 --time-budget-s 510  # train, save, evaluate
+  python3 tools/train_arith.py --smoke --out /tmp/osprey-arith-smoke       # every code path, tiny
+  python3 tools/train_arith.py --eval-only --out DIR [--time-budget-s S]   # evaluate a folder
 
 The architecture (config.json is written in the form osprey reads: rope_scaling + rope_theta):
   4 layers (the first dense), hidden 256, MLA with q_lora 128 / kv_lora 128, 4 heads (nope 32,
   rope 16, v 32); MoE with 16 routed experts in 4 groups (top-2 groups, 4 experts per token), one
   shared expert; the lightning indexer (4 heads × 32) with index_topk 32, below the length of a
   problem and its answer (~100-200 tokens), so the sparse selection decides what is attended.
+  Plus one MTP layer (num_nextn_predict_layers 1; --no-mtp: none), as DeepSeek-V3 publishes it
+  (../shared/reference/model_math.md §2.8), saved as model.layers.4.*:
+    h'_i = eh_proj(cat[enorm(emb(x_{i+1})), hnorm(h_i)])   (the embedding zeroed at position 0)
+    then a full decoder layer (MLA + indexer, MoE as the main MoE layers: input_layernorm,
+    self_attn.*, post_attention_layernorm, mlp.*), then shared_head.norm, shared_head.head
+  predicting x_{i+2}. h_i is the main model's last hidden state after its final norm (what vLLM
+  and SGLang hand their MTP layer); the embedding and the output head are the main model's
+  (DeepSeek-V3 shares them), saved again under the layer's own names embed_tokens.weight and
+  shared_head.head.weight as the published checkpoints do. Drafting K > 1 tokens reuses the layer:
+  step k+1 takes the layer's own output (before shared_head.norm) at the previous position and
+  the token step k drafted, as vLLM's MTP proposer does.
 
 The prompt (eval/arith_task.h, what `osprey eval --task arith` sends; chat format deepseek-v3.1,
 which osprey picks for model_type deepseek_v32):
@@ -20,49 +40,80 @@ chat encoder renders them, which the ctest arith_chat_render checks): plain prob
 --thinking-frac of them in thinking mode (<｜Assistant｜><think> → "{steps}</think>The answer is
 N."); and --tool-frac of the steps on calculator conversations (the request's tools block in the
 prompt → a DSML call with the solution as one expression; the tool's result → "The answer is N.").
-The context is 2048 (the tools block is ~1100 tokens). After training, --modes-eval test problems
-are also run in thinking mode and through the calculator round trip (train_report.json "modes").
+The context is 2048 (the tools block is ~1100 tokens).
 
 Training, as DeepSeek trained V3.2's indexer (transformers' indexer returns indices only and gets
 no gradient, so attention is re-implemented here for training, with the module's own weights):
   stage 1, dense warm-up (--dense-frac of the time): attention over every causal position; the
     main model learns from the LM loss; the indexer learns from
       KL( p_main ‖ softmax(indexer scores) ),  p_main = main attention probabilities summed over
-      heads and renormalised, per query token and layer;
+      heads and renormalised, per query token and layer (the MTP layer's indexer too);
   stage 2, sparse: attention restricted to the indexer's top-k (index_topk); LM loss plus the same
     KL restricted to the selected positions.
+  The MTP loss is DeepSeek-V3's (depth 1): loss = LM loss + λ·MTP loss + KL, the MTP loss the
+  cross-entropy of x_{i+2} over the trained tokens, its gradient reaching the main model through
+  h_i and the shared embedding and head. λ follows DeepSeek-V3: 0.3 (--mtp-weight) for the first
+  70% of the time (--mtp-weight-switch; DeepSeek: the first 10T of 14.8T tokens), then 0.1
+  (--mtp-weight-late).
   The indexer's inputs are detached (its only signal is the KL; the main model's only signal is
-  the LM loss). The MoE routers' e_score_correction_bias is balanced as DeepSeek's
-  auxiliary-loss-free scheme does (bias += γ·sign(mean load − load) after each step).
+  the LM and MTP losses). The MoE routers' e_score_correction_bias (the MTP layer's too) is
+  balanced as DeepSeek's auxiliary-loss-free scheme does (bias += γ·sign(mean load − load)).
+
+Time: --minutes caps the training; --time-budget-s caps the whole run (from the process start):
+training then ends --eval-reserve-s before the budget, and every evaluation section stops at the
+budget (what it did is reported, with "complete": false), so a device call never overruns.
 
 After training: the weights are saved in bf16 (routers' correction bias fp32) under --out with
-the published per-expert names (transformers' save_pretrained), with config.json and the
-tokenizer; the folder is then reloaded with from_pretrained (float32, eager attention) and
-evaluated with transformers' own generate (greedy) on --test: sparse (the config's index_topk)
-and dense (index_topk above any sequence); final-number extraction as GSM8K's flexible-extract.
-Writes --out/train_report.json (command, time, losses, accuracies) and the failures JSONL.
-
-  python3 tools/train_arith.py --out models/osprey-arith            # ~10 min on one H200
-  python3 tools/train_arith.py --smoke --out /tmp/osprey-arith-smoke # a minute: does it run?
+the published per-expert names (transformers' save_pretrained for the main model; the MTP layer's
+decoder layer through the same conversion), with config.json, the tokenizer and train_report.json
+(written before the evaluation and updated after it). The folder is then reloaded with
+from_pretrained (float32, eager attention; the MTP layer's tensors are extra keys it ignores,
+loaded separately here), checked tensor for tensor against the trained weights, and evaluated
+(outputs under --eval-dir, default --out), in this order:
+  modes    --modes-eval test problems in thinking mode and through the calculator round trip
+           under transformers' generate (left-padded batches; position ids from the attention
+           mask, as generate makes them);
+  sparse   transformers' own generate (greedy) on --test with the config's index_topk, prompts
+           batched by length (no padding: positions as in osprey); final-number extraction as
+           GSM8K's flexible-extract; Wilson 95% intervals;
+  mtp_acceptance   on those greedy outputs, this script's own MTP implementation (torch): for
+           K = 1..--mtp-k the greedy drafts against the main model's greedy tokens, simulated as
+           an engine's speculative decoding does it (draft K, accept the matching prefix plus the
+           main model's next token): acceptance rate (accepted / proposed), mean acceptance
+           length (1 + accepted per verify step, vLLM's definition), per-position acceptance;
+           checked against a one-step-at-a-time recomputation (train_report.json "check");
+  padding_check   --padding-check thinking prompts generated both unpadded and left-padded;
+  dense    as sparse with index_topk above any sequence.
+Writes --out/train_report.json (command, time, losses, accuracies, acceptance). The process exits
+non-zero when a check or an evaluation section failed (after writing everything).
 """
-import argparse
-import json
-import math
-import os
-import random
-import re
-import shutil
-import sys
-import tempfile
 import time
 
-import torch
-import torch.nn.functional as F
+T_PROCESS = time.time()  # the --time-budget-s clock starts here, before the heavy imports
 
-import transformers
-from transformers import AutoConfig, DeepseekV32ForCausalLM
-from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl
-from tokenizers import Tokenizer
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import transformers
+    from transformers import AutoConfig, DeepseekV32ForCausalLM
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl
+    from tokenizers import Tokenizer
+    from safetensors.torch import load_file, save_file
+except ImportError as e:
+    sys.exit(f"train_arith.py needs torch, transformers 5.x (with deepseek_v32), tokenizers and "
+             f"safetensors: {e}")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -71,14 +122,28 @@ import generate  # noqa: E402  tools/arith/generate.py
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT, END_THINK = "<｜User｜>", "<｜Assistant｜>", "</think>"
-
+# The calculator conversation's prompt starts with this (~1100 tokens); encoded once.
+TOOLS_PREFIX = BOS + generate.tools_block([generate.CALCULATOR_TOOL])
 
 # The calculator conversation's prompt carries V3.2's tools block (~1100 tokens with this
 # tokenizer), so the context is 2048 (YaRN over the 256 trained positions).
 MAX_POSITIONS = 2048
+# Largest |Δlogit| allowed between the batched MTP drafts and the one-step-at-a-time
+# recomputation with dense attention in float32 (TF32 off): the same arithmetic in other shapes
+# differs by ~1e-6; a wrong mask or position moves logits by far more than this.
+MTP_CHECK_TOLERANCE = 1e-3
+# Texts per tokenizer batch when preparing the training data (bounds the Encodings alive at once).
+ENCODE_CHUNK = 50_000
+
+FAILURES = []  # what went wrong (checks, evaluation sections): the exit status is 3 if any
 
 
-def model_config(vocab, index_topk):
+def fail(msg):
+    FAILURES.append(msg)
+    print(f"train_arith: FAILED: {msg}", flush=True)
+
+
+def model_config(vocab, index_topk, mtp_layers):
     return {
         "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
         "attention_bias": False, "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu",
@@ -91,7 +156,7 @@ def model_config(vocab, index_topk):
         "n_group": 4, "topk_group": 2, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
         "scoring_func": "sigmoid", "topk_method": "noaux_tc",
         "index_n_heads": 4, "index_head_dim": 32, "index_topk": index_topk,
-        "max_position_embeddings": MAX_POSITIONS, "num_nextn_predict_layers": 0,
+        "max_position_embeddings": MAX_POSITIONS, "num_nextn_predict_layers": mtp_layers,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
         "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": MAX_POSITIONS / 256,
                          "original_max_position_embeddings": 256, "beta_fast": 32.0,
@@ -100,41 +165,97 @@ def model_config(vocab, index_topk):
     }
 
 
+def carrier_config(cfg_dict, folder):
+    """A config with one decoder layer more (index num_hidden_layers, an MoE layer like the last
+    main one), written into folder: transformers builds, initialises, saves and loads the MTP
+    layer's decoder layer as layer N of such a model, with its own per-expert name conversion."""
+    d = dict(cfg_dict, num_hidden_layers=cfg_dict["num_hidden_layers"] + 1,
+             num_nextn_predict_layers=0)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+    config = AutoConfig.from_pretrained(folder)
+    config._attn_implementation = "eager"
+    return config
+
+
+class Clock:
+    """The run's wall-clock budget: a deadline in time.time() seconds, or none."""
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+
+    def left(self):
+        return math.inf if self.deadline is None else self.deadline - time.time()
+
+    def expired(self):
+        return self.left() <= 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Prompt and data
 
 class Encoder:
     def __init__(self, path):
+        if not os.path.exists(path):
+            sys.exit(f"train_arith: no tokenizer at {path} (tools/make_bundled_tokenizer.py --corpus arith)")
         self.tok = Tokenizer.from_file(path)
         self.bos, self.eos = self.tok.token_to_id(BOS), self.tok.token_to_id(EOS)
         for s in (BOS, EOS, USER, ASSISTANT, END_THINK):
-            assert self.tok.token_to_id(s) is not None, f"tokenizer lacks {s}"
+            if self.tok.token_to_id(s) is None:
+                sys.exit(f"train_arith: the tokenizer {path} lacks the special token {s}")
 
     def prompts(self, questions):
         texts = [f"{BOS}{USER}{q}{ASSISTANT}{END_THINK}" for q in questions]
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
-    def completions(self, solutions):
-        return [e.ids + [self.eos] for e in self.tok.encode_batch(solutions, add_special_tokens=False)]
-
     def decode(self, ids):
         return self.tok.decode(ids, skip_special_tokens=True)
 
-    def segments(self, segs, cache):
-        """(ids, trained mask) of a conversation given as [(text, trained)]. Segments meet at
-        special tokens, so encoding them apart gives the ids of the whole text; the (long,
-        repeated) prompt segments are cached."""
-        ids, mask = [], []
-        for text, trained in segs:
-            if not trained and text in cache:
-                part = cache[text]
-            else:
-                part = self.tok.encode(text, add_special_tokens=False).ids
-                if not trained and len(cache) < 4:
-                    cache[text] = part
-            ids += part
-            mask += [trained] * len(part)
-        return ids, mask
+    def ids(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def conversations(self, convs):
+        """[(ids, trained mask)] of conversations given as [(text, trained)] segments, encoded in
+        one batch (the tokenizer's threads). Segments meet at special tokens, so encoding them
+        apart gives the ids of the whole text; a segment that starts with TOOLS_PREFIX (which a
+        special token follows) is split there and the prefix encoded once."""
+        prefix_ids = self.ids(TOOLS_PREFIX)
+        texts, plans = [], []
+        for segs in convs:
+            plan = []
+            for text, trained in segs:
+                if text.startswith(TOOLS_PREFIX):
+                    if not text[len(TOOLS_PREFIX):].startswith(USER):
+                        raise ValueError("a tools prompt does not continue with <｜User｜> after "
+                                         "the tools block")
+                    plan.append((None, trained))
+                    text = text[len(TOOLS_PREFIX):]
+                plan.append((len(texts), trained))
+                texts.append(text)
+            plans.append(plan)
+        encoded = []  # ids only, in chunks (an Encoding holds far more than its ids)
+        for s in range(0, len(texts), ENCODE_CHUNK):
+            encoded += [e.ids for e in self.tok.encode_batch(texts[s:s + ENCODE_CHUNK],
+                                                              add_special_tokens=False)]
+        out = []
+        for plan in plans:
+            ids, mask = [], []
+            for ref, trained in plan:
+                part = prefix_ids if ref is None else encoded[ref]
+                ids += part
+                mask += [trained] * len(part)
+            out.append((ids, mask))
+        return out
+
+    def check_conversations(self, convs, encoded):
+        """Raises unless each conversation's segment-wise ids are the ids of its whole text."""
+        for segs, (ids, _) in zip(convs, encoded):
+            whole = self.ids("".join(text for text, _ in segs))
+            if whole != ids:
+                first = next((i for i, (a, b) in enumerate(zip(whole, ids)) if a != b),
+                             min(len(whole), len(ids)))
+                raise ValueError(f"segment-wise encoding differs from the whole text's at token "
+                                 f"{first}: {''.join(t for t, _ in segs)[:200]!r}")
 
 
 def make_masked_batch(examples, device):
@@ -152,44 +273,104 @@ def make_masked_batch(examples, device):
     return ids_t.to(device), labels.to(device), valid.to(device)
 
 
-def make_batch(examples, device):
-    """Right-padded (pad = eos) inputs and labels (-100 outside the completion)."""
-    L = max(len(p) + len(c) for p, c in examples)
-    ids = torch.full((len(examples), L), 1, dtype=torch.long)
-    labels = torch.full((len(examples), L), -100, dtype=torch.long)
-    valid = torch.zeros((len(examples), L), dtype=torch.bool)
-    for i, (p, c) in enumerate(examples):
-        seq = p + c
-        ids[i, :len(seq)] = torch.tensor(seq)
-        labels[i, len(p):len(seq)] = torch.tensor(c)
-        valid[i, :len(seq)] = True
-    return ids.to(device), labels.to(device), valid.to(device)
-
-
 # ---------------------------------------------------------------------------------------------
-# Training attention: transformers' MLA math, plus the indexer's scores with gradient and the KL
+# Attention for training and for the MTP layer: transformers' MLA math and the V3.2 indexer's
+# selection with the modules' own weights, the indexer's scores with gradient and the KL, and
+# keys from several streams (the MTP layer's chained draft steps).
 
 class TrainState:
-    active = False   # the patched forward runs only while training
+    active = False   # the patched forward of the main layers runs only while training
     sparse = False   # stage 2
     valid = None     # [B, S] bool: real tokens (queries counted in the KL)
-    kl = []          # one scalar per layer
+    kl = []          # one scalar per layer (the MTP layer's included)
 
 
-def indexer_scores(ix, x, q_resid, position_embeddings):
-    """[B, S, T] fp32: Σ_h w[s,h]·relu(scale·q[s,h]·k[t]), as DeepseekV32Indexer, differentiable."""
-    B, S, _ = x.shape
+def causal_mask(S, device):
+    """[S, S] bool: query p sees keys j <= p."""
+    return torch.ones(S, S, dtype=torch.bool, device=device).tril()
+
+
+def chain_mask(S, step, device):
+    """[S, step·S] bool: the keys the step-`step` draft query at position p sees when the MTP
+    layer drafts `step` tokens in a chain started at position p - step + 1: the teacher-forced
+    stream 1 (the main model's hidden states and the real tokens) at j <= p - step + 1, and each
+    draft stream r (2 <= r <= step; r = step is the query's own) at its one position
+    p - step + r: what an engine's MTP KV cache holds then. Step 1 is causal."""
+    p = torch.arange(S, device=device)[:, None]
+    j = torch.arange(S, device=device)[None, :]
+    parts = [j <= p - step + 1] + [j == p - step + r for r in range(2, step + 1)]
+    return torch.cat(parts, dim=1)
+
+
+def indexer_scores(ix, xq, q_resid, xkvs, position_embeddings):
+    """[B, S, R·S] fp32: Σ_h w[s,h]·relu(scale·q[s,h]·k[t]), as DeepseekV32Indexer computes it but
+    differentiable, of the queries (xq [B, S, H], q_resid [B, S, q_lora]) against the keys of the R
+    streams xkvs (each [B, S, H], positions 0..S-1)."""
+    B, S, _ = xq.shape
     cos, sin = position_embeddings
+    rope = ix.qk_rope_head_dim
     q = ix.wq_b(q_resid).view(B, S, ix.n_heads, ix.head_dim)
-    q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
-    k = ix.k_norm(ix.wk(x)).unsqueeze(2)
-    k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
-    q_rot, k_rot = mdl.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
-    q = torch.cat([q_rot, q_pass], dim=-1)
-    k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+    q_rot, q_pass = torch.split(q, [rope, ix.head_dim - rope], dim=-1)
+    keys = []
+    for x in xkvs:
+        k = ix.k_norm(ix.wk(x)).unsqueeze(2)                                   # [B, S, 1, D]
+        k_rot, k_pass = torch.split(k, [rope, ix.head_dim - rope], dim=-1)
+        q_roped, k_rot = mdl.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        keys.append(torch.cat([k_rot, k_pass], dim=-1).squeeze(2))            # [B, S, D]
+    q = torch.cat([q_roped, q_pass], dim=-1)                                  # [B, S, Hi, D]
+    k = torch.cat(keys, dim=1)                                                # [B, R·S, D]
     scores = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * ix.softmax_scale)
-    w = ix.weights_proj(x.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
-    return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)
+    w = ix.weights_proj(xq.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
+    return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)                  # [B, S, R·S]
+
+
+def mla_attention(attn, xq, xkvs, allowed, position_embeddings, sparse, valid=None):
+    """MLA output [B, S, H] of a DeepseekV32Attention for the (normed) queries' inputs xq
+    [B, S, H] over the keys and values of the R (normed) streams xkvs ([B, S, H] each, positions
+    0..S-1), restricted to allowed [S, R·S] and, when sparse, to the indexer's index_topk best
+    allowed keys. With valid ([B, S] bool) the indexer's KL to the attention is appended to
+    TrainState.kl (training)."""
+    B, S, _ = xq.shape
+    T = allowed.shape[-1]
+    cos, sin = position_embeddings
+    q_resid = attn.q_a_layernorm(attn.q_a_proj(xq))
+    q_states = attn.q_b_proj(q_resid).view(B, S, -1, attn.qk_head_dim).transpose(1, 2)
+    q_pass, q_rot = torch.split(q_states, [attn.qk_nope_head_dim, attn.qk_rope_head_dim], dim=-1)
+    keys, values = [], []
+    for x in xkvs:
+        compressed_kv = attn.kv_a_proj_with_mqa(x)
+        kv_pass, k_rot = torch.split(compressed_kv, [attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
+        k_pass = attn.kv_a_layernorm(kv_pass).view(B, 1, S, attn.kv_lora_rank)
+        k_rot = k_rot.view(B, 1, S, attn.qk_rope_head_dim)
+        q_roped, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
+        key, value = attn.expand_kv(k_pass, k_rot)                            # [B, nh, S, d]
+        keys.append(key)
+        values.append(value)
+    query = torch.cat((q_pass, q_roped), dim=-1)                              # [B, nh, S, dqk]
+    key, value = torch.cat(keys, dim=2), torch.cat(values, dim=2)             # [B, nh, R·S, d]
+
+    idx = indexer_scores(attn.indexer, xq.detach(), q_resid.detach(), [x.detach() for x in xkvs],
+                         position_embeddings)
+    idx = idx.masked_fill(~allowed, float("-inf"))
+    if sparse and attn.indexer.index_topk < T:
+        top = idx.detach().topk(attn.indexer.index_topk, dim=-1).indices
+        sel = torch.zeros(B, S, T, dtype=torch.bool, device=idx.device).scatter(-1, top, True) & allowed
+    else:
+        sel = allowed.expand(B, S, T)
+    logits = torch.matmul(query, key.transpose(2, 3)).float() * attn.scaling
+    logits = logits.masked_fill(~sel.unsqueeze(1), float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    out = torch.matmul(probs.to(value.dtype), value).transpose(1, 2).reshape(B, S, -1)
+
+    if valid is not None:
+        with torch.no_grad():
+            target = probs.sum(1)
+            target = target / target.sum(-1, keepdim=True)
+        logp = torch.log_softmax(idx.masked_fill(~sel, float("-inf")), dim=-1).masked_fill(~sel, 0.0)
+        kl = (target * (torch.log(target.clamp_min(1e-12)) - logp)).masked_fill(~sel, 0.0).sum(-1)
+        v = valid.float()
+        TrainState.kl.append((kl * v).sum() / v.sum())
+    return attn.o_proj(out)
 
 
 _original_forward = mdl.DeepseekV32Attention.forward
@@ -200,43 +381,119 @@ def training_attention_forward(self, hidden_states, position_embeddings, attenti
     if not TrainState.active:
         return _original_forward(self, hidden_states, position_embeddings, attention_mask,
                                  past_key_values=past_key_values, position_ids=position_ids, **kwargs)
-    B, S = hidden_states.shape[:-1]
-    q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))
-    q_states = self.q_b_proj(q_resid).view(B, S, -1, self.qk_head_dim).transpose(1, 2)
-    q_pass, q_rot = torch.split(q_states, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-    compressed_kv = self.kv_a_proj_with_mqa(hidden_states)
-    kv_pass, k_rot = torch.split(compressed_kv, [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
-    k_pass = self.kv_a_layernorm(kv_pass).view(B, 1, S, self.kv_lora_rank)
-    k_rot = k_rot.view(B, 1, S, self.qk_rope_head_dim)
-    cos, sin = position_embeddings
-    q_rot, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
-    query = torch.cat((q_pass, q_rot), dim=-1)
-    key, value = self.expand_kv(k_pass, k_rot)
-
-    causal = torch.ones(S, S, dtype=torch.bool, device=hidden_states.device).tril()
-    idx = indexer_scores(self.indexer, hidden_states.detach(), q_resid.detach(), position_embeddings)
-    idx = idx.masked_fill(~causal, float("-inf"))
-    if TrainState.sparse and self.indexer.index_topk < S:
-        top = idx.detach().topk(self.indexer.index_topk, dim=-1).indices
-        sel = torch.zeros(B, S, S, dtype=torch.bool, device=idx.device).scatter(-1, top, True) & causal
-    else:
-        sel = causal.expand(B, S, S)
-    logits = torch.matmul(query, key.transpose(2, 3)).float() * self.scaling
-    logits = logits.masked_fill(~sel.unsqueeze(1), float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    out = torch.matmul(probs.to(value.dtype), value).transpose(1, 2).reshape(B, S, -1)
-
-    with torch.no_grad():
-        target = probs.sum(1)
-        target = target / target.sum(-1, keepdim=True)
-    logp = torch.log_softmax(idx.masked_fill(~sel, float("-inf")), dim=-1).masked_fill(~sel, 0.0)
-    kl = (target * (torch.log(target.clamp_min(1e-12)) - logp)).masked_fill(~sel, 0.0).sum(-1)
-    v = TrainState.valid.float()
-    TrainState.kl.append((kl * v).sum() / v.sum())
-    return self.o_proj(out), None
+    causal = causal_mask(hidden_states.shape[1], hidden_states.device)
+    return mla_attention(self, hidden_states, [hidden_states], causal, position_embeddings,
+                         TrainState.sparse, TrainState.valid), None
 
 
 mdl.DeepseekV32Attention.forward = training_attention_forward
+
+
+# ---------------------------------------------------------------------------------------------
+# The MTP layer (DeepSeek-V3, depth 1)
+
+class MTPLayer(nn.Module):
+    """model.layers.{N}: enorm, hnorm, eh_proj, a decoder layer (`block`: transformers' own
+    DeepseekV32DecoderLayer, run here through mla_attention), shared_head.norm. The embedding and
+    the head are passed in: the main model's while training, the saved copies when evaluating."""
+
+    def __init__(self, block, config):
+        super().__init__()
+        H, eps = config.hidden_size, config.rms_norm_eps
+        self.enorm = mdl.DeepseekV32RMSNorm(H, eps)
+        self.hnorm = mdl.DeepseekV32RMSNorm(H, eps)
+        self.eh_proj = nn.Linear(2 * H, H, bias=False)
+        nn.init.normal_(self.eh_proj.weight, std=getattr(config, "initializer_range", 0.02))
+        self.block = block
+        self.shared_head = nn.Module()
+        self.shared_head.norm = mdl.DeepseekV32RMSNorm(H, eps)
+
+    def combine(self, embed, h_prev, next_ids, positions):
+        """[B, S, H] fp32: eh_proj(cat[enorm(emb(next_ids)), hnorm(h_prev)]), the embedding zeroed
+        where positions ([S]) is 0 (as vLLM's DeepSeekMultiTokenPredictorLayer)."""
+        e = embed(next_ids)
+        e = e * (positions != 0).to(e.dtype)[None, :, None]
+        return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(h_prev)], dim=-1)).float()
+
+    def block_forward(self, streams, allowed, position_embeddings, sparse, valid=None):
+        """The decoder layer (pre-norm residual, as DeepseekV32DecoderLayer) on the last stream's
+        inputs, its attention over the keys of all streams (allowed [S, R·S])."""
+        blk = self.block
+        normed = [blk.input_layernorm(x) for x in streams]
+        h = streams[-1] + mla_attention(blk.self_attn, normed[-1], normed, allowed,
+                                        position_embeddings, sparse, valid)
+        return h + blk.mlp(blk.post_attention_layernorm(h))
+
+    def logits(self, head, x):
+        return head(self.shared_head.norm(x))
+
+    def drafts(self, embed, head, hidden, ids, position_embeddings, steps, sparse):
+        """Greedy drafts of `steps` chained MTP steps, for every position at once: drafts[s-1]
+        [B, S] at position p is the token drafted at step s of the chain whose step 1 sits at
+        position p - s + 1 (step 1 at p takes the main hidden[p] and ids[p+1]; step s takes step
+        s-1's output and draft at p-1), predicting the token at p + 2. Returns (drafts, logits)."""
+        B, S = ids.shape
+        pos = torch.arange(S, device=ids.device)
+        nxt = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # the last position's token is unused
+        streams = [self.combine(embed, hidden, nxt, pos)]
+        drafts, logits, outs = [], [], []
+        for s in range(1, steps + 1):
+            if s > 1:
+                prev_tok = torch.cat([drafts[-1][:, :1], drafts[-1][:, :-1]], dim=1)
+                prev_h = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], dim=1)
+                streams.append(self.combine(embed, prev_h, prev_tok, pos))
+            x = self.block_forward(streams, chain_mask(S, s, ids.device), position_embeddings, sparse)
+            lg = self.logits(head, x)
+            outs.append(x)
+            logits.append(lg)
+            drafts.append(lg.argmax(-1))
+        return drafts, logits
+
+
+def simulate_speculative(draft_rows, x, prompt_len, k):
+    """Greedy speculative decoding of the sequence x (the main model's greedy output after a
+    prompt of prompt_len tokens) with k draft tokens per step; draft_rows[s-1][p] is the step-s
+    draft at position p (MTPLayer.drafts). After the prefill the main model has produced
+    x[prompt_len]; each verify step drafts k tokens after the last committed one, accepts the
+    prefix matching x, and commits it plus the main model's next token. Returns (verify steps,
+    accepted drafts, accepted count per draft position)."""
+    n = len(x)
+    c = prompt_len + 1  # tokens committed
+    steps, accepted, at = 0, 0, [0] * k
+    while c < n:
+        a = 0
+        for j in range(1, k + 1):
+            tok = c - 1 + j  # the position whose token the j-th draft proposes
+            if tok < n and draft_rows[j - 1][c - 3 + j] == x[tok]:
+                at[j - 1] += 1
+                a += 1
+            else:
+                break
+        steps += 1
+        accepted += a
+        c += a + 1
+    return steps, accepted, at
+
+
+def sequential_drafts(mtp, embed, head, rotary, hidden, x, c, steps, sparse, device):
+    """The drafts for c committed tokens of x computed as an engine does, one step at a time over
+    one growing sequence with plain causal attention: positions 0..c-2 from the main hidden
+    states (hidden [1, n, H]) and x[1..c-1], then each step's input appended at the next position.
+    Returns (tokens, logits [V] per step)."""
+    ids = torch.tensor(x[:c], device=device)[None]
+    z = mtp.combine(embed, hidden[:, :c - 1], ids[:, 1:c], torch.arange(c - 1, device=device))
+    toks, logits = [], []
+    for s in range(1, steps + 1):
+        S = z.shape[1]
+        pe = rotary(z, torch.arange(S, device=device)[None])
+        out = mtp.block_forward([z], causal_mask(S, device), pe, sparse)
+        lg = mtp.logits(head, out[:, -1])[0]
+        toks.append(int(lg.argmax()))
+        logits.append(lg)
+        if s < steps:
+            p = torch.tensor([c - 2 + s], device=device)
+            z = torch.cat([z, mtp.combine(embed, out[:, -1:], torch.tensor([[toks[-1]]], device=device), p)], 1)
+    return toks, logits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,92 +525,274 @@ def wilson(k, n, z=1.959963984540054):
     return max(0.0, c - h), min(1.0, c + h)
 
 
+def rate(k, n):
+    lo, hi = wilson(k, n)
+    return {"n": n, "correct": k, "accuracy": k / n if n else 0.0, "ci95": [lo, hi]}
+
+
 @torch.no_grad()
-def evaluate(model, enc, problems, max_new_tokens, failures_path, batch=128):
-    """Greedy generate on prompts grouped by length (no padding: positions as in osprey)."""
+def generate_greedy(model, prompts, max_new_tokens, eos, device, clock, left_pad, batch=128):
+    """Greedy continuations under transformers' generate, each cut after its first EOS (kept),
+    None where the budget ran out first. left_pad False: batches of prompts of one length (no
+    padding: positions as in osprey); True: left-padded batches of any lengths (position ids from
+    the attention mask, as generate makes them; fewer, fuller batches)."""
+    outputs = [None] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if left_pad:
+        groups = [order[s:s + batch] for s in range(0, len(order), batch)]
+    else:
+        by_len = {}
+        for i in order:
+            by_len.setdefault(len(prompts[i]), []).append(i)
+        groups = [idxs[s:s + batch] for idxs in by_len.values() for s in range(0, len(idxs), batch)]
+    for part in groups:
+        if clock.expired():
+            break
+        L = max(len(prompts[i]) for i in part)
+        ids = torch.full((len(part), L), eos, dtype=torch.long)
+        mask = torch.zeros((len(part), L), dtype=torch.long)
+        for row, i in enumerate(part):
+            ids[row, L - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[row, L - len(prompts[i]):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                             max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos)
+        for row, i in zip(gen[:, L:].tolist(), part):
+            outputs[i] = row[:row.index(eos) + 1] if eos in row else row
+    return outputs
+
+
+def evaluate(model, enc, problems, max_new_tokens, failures_path, device, clock):
+    """Plain prompts, greedy; returns (result, [(prompt ids, output ids) or None])."""
     prompts = enc.prompts([p["question"] for p in problems])
-    by_len = {}
-    for i, p in enumerate(prompts):
-        by_len.setdefault(len(p), []).append(i)
-    outputs = [None] * len(problems)
-    for _, idxs in sorted(by_len.items()):
-        for s in range(0, len(idxs), batch):
-            part = idxs[s:s + batch]
-            ids = torch.tensor([prompts[i] for i in part], device="cuda")
-            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=max_new_tokens, eos_token_id=enc.eos,
-                                 pad_token_id=enc.eos)
-            for row, i in zip(gen[:, ids.shape[1]:].tolist(), part):
-                if enc.eos in row:
-                    row = row[:row.index(enc.eos)]
-                outputs[i] = enc.decode(row)
-    correct = 0
+    t0 = time.time()
+    outs = generate_greedy(model, prompts, max_new_tokens, enc.eos, device, clock, left_pad=False)
+    correct = done = 0
     with open(failures_path, "w", encoding="utf-8") as f:
-        for p, out in zip(problems, outputs):
-            got = flexible_extract(out)
+        for p, out in zip(problems, outs):
+            if out is None:
+                continue
+            done += 1
+            text = enc.decode(out)
+            got = flexible_extract(text)
             if normalize(got) == normalize(str(p["answer"])):
                 correct += 1
             else:
                 f.write(json.dumps({"id": p["id"], "question": p["question"], "expected": p["answer"],
-                                    "extracted": got, "output": out}, ensure_ascii=False) + "\n")
-    lo, hi = wilson(correct, len(problems))
-    return {"n": len(problems), "correct": correct, "accuracy": correct / len(problems),
-            "ci95": [lo, hi], "failures": failures_path}
+                                    "extracted": got, "output": text}, ensure_ascii=False) + "\n")
+    res = rate(correct, done)
+    res.update({"of": len(problems), "complete": done == len(problems),
+                "failures": os.path.basename(failures_path), "seconds": round(time.time() - t0, 1)})
+    if done < len(problems):
+        print(f"train_arith: time budget reached: {done} of {len(problems)} problems evaluated "
+              f"(the shortest prompts first)", flush=True)
+    seqs = [(pr, out) if out is not None else None for pr, out in zip(prompts, outs)]
+    return res, seqs
 
 
-@torch.no_grad()
-def evaluate_modes(model, enc, problems, max_new_tokens, out_path):
-    """Thinking mode and the calculator round trip under transformers' generate (greedy), one
-    problem at a time: thinking is right when the text after </think> names the answer; the tool
-    round is right when the call parses, its expression evaluates to the answer, and the reply
-    after the tool result names it."""
-    def gen(ids):
-        x = torch.tensor([ids], device="cuda")
-        out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                             max_new_tokens=max_new_tokens, eos_token_id=enc.eos,
-                             pad_token_id=enc.eos)[0, x.shape[1]:].tolist()
-        return out[:out.index(enc.eos) + 1] if enc.eos in out else out
+CALL_RE = re.compile(r'<｜DSML｜parameter name="expression" string="true">(.*?)</｜DSML｜parameter>')
 
-    cache, rows = {}, []
-    ok = {"thinking": 0, "tool_call": 0, "tool_answer": 0}
-    call_re = re.compile(r'<｜DSML｜parameter name="expression" string="true">(.*?)</｜DSML｜parameter>')
-    for p in problems:
+
+def evaluate_modes(model, enc, problems, max_new_tokens, out_path, device, clock, force_calls):
+    """Thinking mode and the calculator round trip under transformers' generate (greedy,
+    left-padded batches): thinking is right when the text after </think> names the answer; the
+    tool round is right when the call parses, its expression evaluates to the answer, and the
+    reply after the tool result names it. force_calls (--smoke): where the model's call does not
+    parse, the reference call is sent instead so that the reply path runs too (not counted)."""
+    t0 = time.time()
+    think = [ids for ids, _ in enc.conversations(
+        [generate.chat_segments(p, "thinking")[:1] for p in problems])]
+    tool = [ids for ids, _ in enc.conversations(
+        [generate.chat_segments(p, "tool")[:1] for p in problems])]
+    think_out = generate_greedy(model, think, max_new_tokens, enc.eos, device, clock, left_pad=True)
+    call_out = generate_greedy(model, tool, max_new_tokens, enc.eos, device, clock, left_pad=True)
+    rows, follow, follow_of = [], [], []
+    ok = {"thinking": [0, 0], "tool_call": [0, 0], "tool_answer": [0, 0]}  # [correct, n]
+    for i, p in enumerate(problems):
         want = str(p["answer"])
-        segs = generate.chat_segments(p, "thinking")
-        out = enc.tok.decode(gen(enc.segments(segs[:1], cache)[0]), skip_special_tokens=False)
-        reasoning, _, content = out.partition("</think>")
-        thinking_ok = normalize(flexible_extract(content)) == want
-        ok["thinking"] += thinking_ok
-        segs = generate.chat_segments(p, "tool")
-        prompt = enc.segments(segs[:1], cache)[0]
-        call_ids = gen(prompt)
-        call = enc.tok.decode(call_ids, skip_special_tokens=False)
-        m = call_re.search(call)
-        result, answer = None, ""
-        try:
-            result = generate.calculate(m.group(1)) if m else None
-        except ValueError:
-            result = None
-        if result is not None:
-            ok["tool_call"] += result == want
-            follow = prompt + call_ids + enc.tok.encode(generate.tool_result_text(result),
-                                                        add_special_tokens=False).ids
-            answer = enc.tok.decode(gen(follow), skip_special_tokens=True)
-            ok["tool_answer"] += normalize(flexible_extract(answer)) == want
-        rows.append({"id": p["id"], "answer": p["answer"], "thinking": out, "call": call,
-                     "result": result, "reply": answer})
+        row = {"id": p["id"], "answer": p["answer"]}
+        if think_out[i] is not None:
+            out = enc.tok.decode(think_out[i], skip_special_tokens=False)
+            _, _, content = out.partition(END_THINK)
+            ok["thinking"][0] += normalize(flexible_extract(content)) == want
+            ok["thinking"][1] += 1
+            row["thinking"] = out
+        if call_out[i] is not None:
+            call_ids = call_out[i]
+            call = enc.tok.decode(call_ids, skip_special_tokens=False)
+            m = CALL_RE.search(call)
+            try:
+                result = generate.calculate(m.group(1)) if m else None
+            except ValueError:
+                result = None
+            ok["tool_call"][0] += result == want
+            ok["tool_call"][1] += 1
+            row.update({"call": call, "result": result})
+            if result is None and force_calls:
+                expr = generate.expression(p)
+                call_ids = enc.ids(generate.tool_call_text(expr)) + [enc.eos]
+                result = generate.calculate(expr)
+                row["forced_call"] = True
+            if result is not None:
+                follow.append(tool[i] + call_ids + enc.ids(generate.tool_result_text(result)))
+                follow_of.append(i)
+        rows.append(row)
+    reply_out = generate_greedy(model, follow, max_new_tokens, enc.eos, device, clock, left_pad=True)
+    for i, out in zip(follow_of, reply_out):
+        if out is None:
+            continue
+        answer = enc.decode(out)
+        rows[i]["reply"] = answer
+        if not rows[i].get("forced_call"):
+            ok["tool_answer"][0] += normalize(flexible_extract(answer)) == str(problems[i]["answer"])
+            ok["tool_answer"][1] += 1
     with open(out_path, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    n = len(problems)
     res = {}
-    for k, v in ok.items():
-        lo, hi = wilson(v, n)
-        res[k] = {"n": n, "correct": v, "accuracy": v / n, "ci95": [lo, hi]}
-        print(f"transformers generate ({k}): {v}/{n} = {v / n:.4f}, 95% CI [{lo:.4f}, {hi:.4f}]",
-              flush=True)
-    res["outputs"] = out_path
+    for k, (v, n) in ok.items():
+        res[k] = rate(v, n)
+        print(f"transformers generate ({k}): {v}/{n} = {res[k]['accuracy']:.4f}, 95% CI "
+              f"[{res[k]['ci95'][0]:.4f}, {res[k]['ci95'][1]:.4f}]", flush=True)
+    forced = sum(bool(r.get("forced_call")) for r in rows)
+    # tool_answer counts the problems whose call parsed to a result: complete when every
+    # evaluated call got its reply.
+    res.update({"of": len(problems), "outputs": os.path.basename(out_path),
+                "complete": ok["thinking"][1] == ok["tool_call"][1] == len(problems)
+                and all(o is not None for o in reply_out),
+                "forced_calls": forced, "batching": "left-padded", "seconds": round(time.time() - t0, 1)})
     return res
+
+
+def padding_check(model, enc, problems, max_new_tokens, device, clock):
+    """The thinking prompts of `problems` generated unpadded (one length per batch) and left-padded:
+    how many continuations are identical (evidence that the modes' left-padded batches are
+    the unpadded ones)."""
+    prompts = [ids for ids, _ in enc.conversations(
+        [generate.chat_segments(p, "thinking")[:1] for p in problems])]
+    a = generate_greedy(model, prompts, max_new_tokens, enc.eos, device, clock, left_pad=True)
+    b = generate_greedy(model, prompts, max_new_tokens, enc.eos, device, clock, left_pad=False)
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    same = sum(x == y for x, y in pairs)
+    print(f"left-padded vs unpadded generate: {same}/{len(pairs)} continuations identical", flush=True)
+    return {"compared": len(pairs), "identical": same, "of": len(problems)}
+
+
+@torch.no_grad()
+def mtp_acceptance(ref, mtp, embed, head, seqs, max_k, device, clock, batch=64, check_rows=3):
+    """MTP draft acceptance (K = 1..max_k, sparse attention as served) on the main model's greedy
+    outputs seqs [(prompt ids, output ids)], the main hidden states from one teacher-forced pass
+    of transformers' model over each whole sequence."""
+    t0 = time.time()
+    items = sorted(((len(p), p + o) for p, o in (s for s in seqs if s is not None)), key=lambda t: len(t[1]))
+    if not items:
+        if clock.expired():
+            print("train_arith: time budget reached: no greedy outputs for the MTP acceptance", flush=True)
+            return {"skipped": "time budget reached before the sparse evaluation made any output"}
+        raise RuntimeError("no greedy outputs to measure the drafts on (the sparse evaluation made none)")
+    stats = {k: {"verify_steps": 0, "accepted": 0, "at": [0] * k} for k in range(1, max_k + 1)}
+    main_tf, mtp_tf = [0, 0], [0, 0]  # [agree, tokens]
+    rotary = ref.model.rotary_emb
+    done, check = 0, None
+    for b in range(0, len(items), batch):
+        if clock.expired():
+            print(f"train_arith: time budget reached: MTP acceptance on {done} of {len(items)} "
+                  f"sequences", flush=True)
+            break
+        part = items[b:b + batch]
+        L = max(len(x) for _, x in part)
+        ids = torch.full((len(part), L), 1, dtype=torch.long)
+        for row, (_, x) in enumerate(part):
+            ids[row, :len(x)] = torch.tensor(x)
+        ids = ids.to(device)
+        hidden = ref.model(input_ids=ids, use_cache=False).last_hidden_state  # [b, L, H]
+        main_pred = ref.lm_head(hidden).argmax(-1).tolist()
+        pe = rotary(hidden, torch.arange(L, device=device)[None])
+        drafts, _ = mtp.drafts(embed, head, hidden, ids, pe, max_k, sparse=True)
+        rows = [d.tolist() for d in drafts]
+        for r, (P, x) in enumerate(part):
+            n = len(x)
+            for i in range(P - 1, n - 1):
+                main_tf[0] += main_pred[r][i] == x[i + 1]
+                main_tf[1] += 1
+            for i in range(max(P - 1, 0), n - 2):
+                mtp_tf[0] += rows[0][r][i] == x[i + 2]
+                mtp_tf[1] += 1
+            for k, st in stats.items():
+                steps, acc, at = simulate_speculative([d[r] for d in rows], x, P, k)
+                st["verify_steps"] += steps
+                st["accepted"] += acc
+                st["at"] = [u + v for u, v in zip(st["at"], at)]
+        if check is None:
+            check = mtp_check(mtp, embed, head, rotary, hidden, ids, part[:check_rows], max_k, device)
+        done += len(part)
+    res = {"sequences": done, "of": len(items), "complete": done == len(items), "index_topk":
+           mtp.block.self_attn.indexer.index_topk, "attention": "sparse (index_topk), as served",
+           "definition": "each verify step drafts K tokens after the last committed one; the "
+                         "drafts matching the main model's greedy tokens are accepted, plus the "
+                         "main model's next token; acceptance_rate = accepted / (K·verify_steps), "
+                         "mean_acceptance_length = 1 + accepted / verify_steps (vLLM's), "
+                         "per_position_acceptance[j] = steps whose j+1-th draft was accepted / steps",
+           "teacher_forced": {"main_top1_agreement": main_tf[0] / max(1, main_tf[1]),
+                              "mtp_top1": mtp_tf[0] / max(1, mtp_tf[1]), "tokens": mtp_tf[1]},
+           "k": {}, "check": check, "seconds": round(time.time() - t0, 1)}
+    for k, st in stats.items():
+        steps = st["verify_steps"]
+        r = {"verify_steps": steps, "proposed": k * steps, "accepted": st["accepted"],
+             "acceptance_rate": st["accepted"] / max(1, k * steps),
+             "mean_acceptance_length": 1 + st["accepted"] / max(1, steps),
+             "per_position_acceptance": [a / max(1, steps) for a in st["at"]]}
+        res["k"][str(k)] = r
+        print(f"MTP K={k}: acceptance rate {r['acceptance_rate']:.4f}, mean acceptance length "
+              f"{r['mean_acceptance_length']:.4f} ({steps} verify steps, {done} sequences)", flush=True)
+    print(f"teacher-forced: main top-1 agrees with generate on {res['teacher_forced']['main_top1_agreement']:.4f} "
+          f"of the tokens; MTP top-1 (token i+2) {res['teacher_forced']['mtp_top1']:.4f}", flush=True)
+    return res
+
+
+@torch.no_grad()
+def mtp_check(mtp, embed, head, rotary, hidden, ids, part, steps, device):
+    """MTPLayer.drafts (all positions at once, several key streams) against sequential_drafts (one
+    step at a time, one causal stream) at a few committed lengths of a few sequences. Dense
+    attention in float32 without TF32: the logits within MTP_CHECK_TOLERANCE, where at most a
+    tenth of the comparisons may be off (an MoE routing near-tie that the shapes' rounding flips);
+    a wrong mask or position moves most of them. Sparse (top-k near-ties may differ): reported."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        L = ids.shape[1]
+        pe = rotary(hidden, torch.arange(L, device=device)[None])
+        res = {}
+        for name, sparse in (("dense", False), ("sparse", True)):
+            _, logits = mtp.drafts(embed, head, hidden, ids, pe, steps, sparse)
+            compared = same = over = 0
+            worst = 0.0
+            for r, (P, x) in enumerate(part):
+                n = len(x)
+                for c in sorted({P + 1, (P + n) // 2, n - 1}):
+                    if not P + 1 <= c <= n - 1:
+                        continue
+                    toks, seq_logits = sequential_drafts(mtp, embed, head, rotary, hidden[r:r + 1], x,
+                                                         c, steps, sparse, device)
+                    for s in range(1, steps + 1):
+                        par = logits[s - 1][r, c - 3 + s]
+                        diff = (par - seq_logits[s - 1]).abs().max().item()
+                        worst = max(worst, diff)
+                        over += diff > MTP_CHECK_TOLERANCE
+                        same += int(par.argmax()) == toks[s - 1]
+                        compared += 1
+            res[name] = {"compared": compared, "identical_drafts": same, "max_abs_logit_diff": worst,
+                         "over_tolerance": over}
+        res["tolerance"] = MTP_CHECK_TOLERANCE
+        dense = res["dense"]
+        res["passed"] = dense["compared"] > 0 and dense["over_tolerance"] <= dense["compared"] // 10
+        print(f"MTP draft check (batched vs one step at a time): dense {res['dense']}, sparse "
+              f"{res['sparse']}", flush=True)
+        if not res["passed"]:
+            fail(f"MTP draft check: the batched drafts differ from the sequential ones: {res}")
+        return res
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def set_index_topk(model, k):
@@ -361,28 +800,244 @@ def set_index_topk(model, k):
         layer.self_attn.indexer.index_topk = k
 
 
-def evaluate_folder(folder, enc, test, max_new_tokens, index_topk, modes_limit=0):
-    """The shipped folder under transformers' own code (float32, eager, generate): sparse (the
-    config's index_topk) and dense (index_topk above any sequence)."""
-    ref = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                 attn_implementation="eager").cuda().eval()
-    t_eval = time.time()
-    results = {"sparse": evaluate(ref, enc, test, max_new_tokens,
-                                  os.path.join(folder, "hf_failures.jsonl"))}
-    set_index_topk(ref, 1 << 30)
-    results["dense"] = evaluate(ref, enc, test, max_new_tokens,
-                                os.path.join(folder, "hf_failures_dense.jsonl"))
-    set_index_topk(ref, index_topk)
-    if modes_limit:
-        results["modes"] = evaluate_modes(ref, enc, test[:modes_limit], max_new_tokens,
-                                          os.path.join(folder, "hf_modes.jsonl"))
-    for k, r in results.items():
-        if k == "modes":
-            continue
-        print(f"transformers generate ({k}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']}), "
-              f"95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] in {time.time() - t_eval:.0f} s",
-              flush=True)
+# ---------------------------------------------------------------------------------------------
+# Saving and loading the folder
+
+def read_safetensors_dir(folder):
+    tensors = {}
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    if not names:
+        raise RuntimeError(f"save_pretrained wrote no .safetensors file into {folder}: {os.listdir(folder)}")
+    for name in names:
+        tensors.update(load_file(os.path.join(folder, name)))
+    return tensors
+
+
+def layer_index(name):
+    """The decoder layer a tensor name belongs to (model.layers.{i}.…), -1 for none."""
+    m = re.match(r"model\.layers\.(\d+)\.", name)
+    return int(m.group(1)) if m else -1
+
+
+def snapshot(module):
+    return {k: v.detach().to("cpu", copy=True).float() for k, v in module.state_dict().items()}
+
+
+def save_folder(out, model, mtp, carrier, cfg_dict, routers):
+    """Writes out/model.safetensors: the main model through save_pretrained, the MTP layer's
+    decoder layer as layer N of the carrier model through save_pretrained (the same name
+    conversion), and the MTP tensors of the published checkpoints; bf16, routers' bias fp32.
+    Returns the snapshots (float32, CPU) of the main model's and the MTP block's state dicts."""
+    bias = {r: r.e_score_correction_bias.detach().float().clone() for r in routers}
+    model.to(torch.bfloat16)
+    if mtp is not None:
+        carrier.to(torch.bfloat16)
+        mtp.to(torch.bfloat16)
+    for r, b in bias.items():
+        r.e_score_correction_bias.data = b
+    expected = {"main": snapshot(model)}
+    tensors = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        tensors.update(read_safetensors_dir(tmp))
+    if mtp is not None:
+        N = cfg_dict["num_hidden_layers"]
+        pre, last = f"model.layers.{N}.", f"model.layers.{N - 1}."
+        if any(k.startswith(pre) for k in tensors):
+            raise RuntimeError(f"the main model's save already has tensors named {pre}*")
+        expected["mtp_block"] = snapshot(mtp.block)
+        carrier.to("cpu")
+        with tempfile.TemporaryDirectory() as tmp:
+            carrier.save_pretrained(tmp)
+            block = {k: v for k, v in read_safetensors_dir(tmp).items() if k.startswith(pre)}
+        got = {k[len(pre):] for k in block}
+        want = {k[len(last):] for k in tensors if k.startswith(last)}
+        if got != want:
+            raise RuntimeError(f"the MTP decoder layer saved as {pre}* does not have the tensors of "
+                               f"layer {N - 1}: only there {sorted(want - got)[:5]}, only here "
+                               f"{sorted(got - want)[:5]}")
+        tensors.update(block)
+        extra = {"enorm.weight": mtp.enorm.weight, "hnorm.weight": mtp.hnorm.weight,
+                 "eh_proj.weight": mtp.eh_proj.weight,
+                 "shared_head.norm.weight": mtp.shared_head.norm.weight,
+                 # shared with the main model (DeepSeek-V3), saved again as published
+                 "embed_tokens.weight": model.model.embed_tokens.weight,
+                 "shared_head.head.weight": model.lm_head.weight}
+        for k, v in extra.items():
+            tensors[pre + k] = v.detach().to("cpu", torch.bfloat16).contiguous().clone()
+    path = os.path.join(out, "model.safetensors")
+    save_file(tensors, path, metadata={"format": "pt"})
+    print(f"saved {path}: {len(tensors)} tensors, {os.path.getsize(path) / 2**20:.2f} MiB", flush=True)
+    return expected
+
+
+def compare_state(name, module, expected=None, tensors=None, prefix=""):
+    """Checks the loaded module's tensors: against expected (the trained snapshot, every tensor)
+    or against the file's tensors of the same names (those that exist unconverted). Raises."""
+    state = module.state_dict()
+    if expected is not None:
+        missing = sorted(set(expected) ^ set(state))
+        bad = [k for k in expected if k in state and not torch.equal(state[k].detach().float().cpu(), expected[k])]
+        if missing or bad:
+            raise RuntimeError(f"{name}: the loaded weights are not the trained ones: names differ "
+                               f"{missing[:5]}, values differ {bad[:5]} ({len(bad)} tensors)")
+        return len(expected)
+    compared = 0
+    for k, v in state.items():
+        if prefix + k in tensors:
+            if not torch.equal(v.detach().float().cpu(), tensors[prefix + k].float()):
+                raise RuntimeError(f"{name}: {k} as loaded differs from {prefix + k} in the file")
+            compared += 1
+    if compared == 0:
+        raise RuntimeError(f"{name}: none of the loaded tensors is named as in the file")
+    return compared
+
+
+def load_main(folder, device, expected=None):
+    """transformers' from_pretrained of the folder (float32, eager). The MTP layer's tensors are
+    keys the model does not have; should a transformers version refuse them, or build modules of
+    its own for num_nextn_predict_layers, the main tensors are loaded from a copy without them
+    (said in the log and the report)."""
+    note = None
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    n = cfg["num_hidden_layers"]
+    try:
+        ref = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                     attn_implementation="eager")
+        if expected is not None:
+            extra = [k for k in ref.state_dict() if k not in expected]
+        else:
+            extra = [k for k in ref.state_dict() if "mtp" in k.lower() or layer_index(k) >= n]
+        if extra:
+            raise RuntimeError(f"the loaded model has tensors beyond the main model's: {extra[:5]}")
+    except Exception as e:  # noqa: BLE001  the fallback says what happened
+        note = (f"from_pretrained({folder}) as is: {type(e).__name__}: {e}; the main model loaded from "
+                f"a copy without the MTP layer (num_nextn_predict_layers 0, no model.layers.{n}.*)")
+        print(f"train_arith: {note}", flush=True)
+        cfg["num_nextn_predict_layers"] = 0
+        tensors = load_file(os.path.join(folder, "model.safetensors"))
+        keep = {k: v for k, v in tensors.items() if layer_index(k) < n}
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            save_file(keep, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+            ref = DeepseekV32ForCausalLM.from_pretrained(tmp, dtype=torch.float32,
+                                                         attn_implementation="eager")
+    tensors = None if expected is not None else load_file(os.path.join(folder, "model.safetensors"))
+    checked = compare_state("main model", ref, expected, tensors)
+    print(f"main model loaded with from_pretrained: {checked} tensors checked against "
+          f"{'the trained weights' if expected is not None else 'the file'}", flush=True)
+    return ref.to(device).eval(), note
+
+
+def load_mtp(folder, cfg_dict, device, expected=None):
+    """The MTP layer from the folder's model.safetensors: its decoder layer through
+    from_pretrained of the carrier model (the per-expert names converted by transformers), the
+    rest directly. Returns (mtp, embed, head) in float32."""
+    N = cfg_dict["num_hidden_layers"]
+    pre = f"model.layers.{N}."
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    names = ["enorm.weight", "hnorm.weight", "eh_proj.weight", "embed_tokens.weight",
+             "shared_head.norm.weight", "shared_head.head.weight"]
+    missing = [pre + k for k in names if pre + k not in tensors]
+    if missing:
+        raise RuntimeError(f"{path} lacks the MTP tensors {missing} (config num_nextn_predict_layers "
+                           f"{cfg_dict.get('num_nextn_predict_layers')})")
+    tmp = tempfile.mkdtemp()
+    try:
+        carrier_config(cfg_dict, tmp)
+        os.symlink(os.path.abspath(path), os.path.join(tmp, "model.safetensors"))
+        carrier = DeepseekV32ForCausalLM.from_pretrained(tmp, dtype=torch.float32,
+                                                         attn_implementation="eager")
+        block = carrier.model.layers[N]
+        n = compare_state("MTP decoder layer", block, expected, tensors, pre)
+        mtp = MTPLayer(block, carrier.config)
+        for k in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight"):
+            mod = mtp.get_submodule(k.rsplit(".", 1)[0])
+            if mod.weight.shape != tensors[pre + k].shape:
+                raise RuntimeError(f"{pre + k}: shape {tuple(tensors[pre + k].shape)}, expected "
+                                   f"{tuple(mod.weight.shape)}")
+            mod.weight.data.copy_(tensors[pre + k].float())
+        embed = nn.Embedding.from_pretrained(tensors[pre + "embed_tokens.weight"].float(), freeze=True)
+        head = nn.Linear(*tensors[pre + "shared_head.head.weight"].shape[::-1], bias=False)
+        head.weight.data.copy_(tensors[pre + "shared_head.head.weight"].float())
+        mtp, embed, head = mtp.to(device).eval(), embed.to(device), head.to(device)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"MTP layer loaded: decoder layer through from_pretrained ({n} tensors checked), "
+          f"{len(names)} MTP tensors", flush=True)
+    return mtp, embed, head
+
+
+def section(results, name, fn):
+    """Runs one evaluation section; an exception is reported and the others still run."""
+    t0 = time.time()
+    try:
+        results[name] = fn()
+    except Exception as e:  # noqa: BLE001  reported, the run goes on, the exit status says it
+        traceback.print_exc()
+        results[name] = {"error": f"{type(e).__name__}: {e}"}
+        fail(f"evaluation section {name}: {type(e).__name__}: {e}")
+    print(f"[{name}: {time.time() - t0:.0f} s]", flush=True)
+
+
+def evaluate_folder(folder, eval_dir, enc, test, args, clock, expected=None):
+    """The saved folder under transformers (float32, eager): modes, sparse, mtp_acceptance,
+    padding_check, dense (each within the budget; see the module's docstring)."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    index_topk = cfg["index_topk"]
+    os.makedirs(eval_dir, exist_ok=True)
+    ref, note = load_main(folder, args.device, expected and expected["main"])
+    results = {"load_note": note} if note else {}
+    seqs = []
+
+    def sparse():
+        res, s = evaluate(ref, enc, test, args.max_new_tokens, os.path.join(eval_dir, "hf_failures.jsonl"),
+                          args.device, clock)
+        seqs.extend(s)
+        return res
+
+    if args.modes_eval:
+        section(results, "modes", lambda: evaluate_modes(
+            ref, enc, test[:args.modes_eval], args.max_new_tokens, os.path.join(eval_dir, "hf_modes.jsonl"),
+            args.device, clock, force_calls=args.smoke))
+    section(results, "sparse", sparse)
+    if cfg.get("num_nextn_predict_layers", 0) >= 1:
+        def acceptance():
+            mtp, embed, head = load_mtp(folder, cfg, args.device, expected and expected.get("mtp_block"))
+            return mtp_acceptance(ref, mtp, embed, head, seqs, args.mtp_k, args.device, clock)
+        section(results, "mtp_acceptance", acceptance)
+    if args.padding_check:
+        section(results, "padding_check", lambda: padding_check(
+            ref, enc, test[:args.padding_check], args.max_new_tokens, args.device, clock))
+    if clock.expired():
+        results["dense"] = {"skipped": "time budget reached"}
+        print("train_arith: time budget reached: dense evaluation skipped", flush=True)
+    else:
+        def dense():
+            set_index_topk(ref, 1 << 30)
+            try:
+                res, _ = evaluate(ref, enc, test, args.max_new_tokens,
+                                  os.path.join(eval_dir, "hf_failures_dense.jsonl"), args.device, clock)
+            finally:
+                set_index_topk(ref, index_topk)
+            return res
+        section(results, "dense", dense)
+    for k in ("sparse", "dense"):
+        r = results.get(k) or {}
+        if "accuracy" in r:
+            print(f"transformers generate ({k}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']} of "
+                  f"{r['of']}), 95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] in {r['seconds']} s", flush=True)
+    results["budget_reached"] = clock.expired()
     return results
+
+
+def write_report(out, report):
+    with open(os.path.join(out, "train_report.json"), "w") as f:
+        json.dump(report, f, indent=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,11 +1046,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="model folder (default models/osprey-arith; "
                     "/tmp/osprey-arith-smoke with --smoke)")
+    ap.add_argument("--eval-dir", default=None, help="where the evaluation writes its failures and "
+                    "outputs (default: --out)")
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "osprey-arith"),
                     help="folder with tokenizer.json (tools/make_bundled_tokenizer.py --corpus arith)")
     ap.add_argument("--test", default=os.path.join(ROOT, "tests", "data", "arith", "test.jsonl"))
     ap.add_argument("--dev", default=os.path.join(ROOT, "tests", "data", "arith", "dev.jsonl"))
-    ap.add_argument("--minutes", type=float, default=9.0, help="training time budget")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    ap.add_argument("--minutes", type=float, default=7.0, help="training time cap")
+    ap.add_argument("--time-budget-s", type=float, default=0.0,
+                    help="wall-clock budget of the whole run from the process start (0: none): "
+                         "training ends --eval-reserve-s before it, evaluation sections stop at it")
+    ap.add_argument("--eval-reserve-s", type=float, default=120.0,
+                    help="seconds of --time-budget-s kept for saving and evaluating")
     ap.add_argument("--dense-frac", type=float, default=0.3, help="share of the time in the dense warm-up")
     ap.add_argument("--n-train", type=int, default=400_000)
     ap.add_argument("--batch", type=int, default=256)
@@ -403,6 +1066,12 @@ def main():
     ap.add_argument("--indexer-lr", type=float, default=2e-3)
     ap.add_argument("--index-topk", type=int, default=32)
     ap.add_argument("--bias-update", type=float, default=1e-3, help="γ of the router bias balancing")
+    ap.add_argument("--no-mtp", action="store_true", help="no MTP layer (num_nextn_predict_layers 0)")
+    ap.add_argument("--mtp-weight", type=float, default=0.3, help="λ of the MTP loss at first")
+    ap.add_argument("--mtp-weight-late", type=float, default=0.1, help="λ after --mtp-weight-switch")
+    ap.add_argument("--mtp-weight-switch", type=float, default=0.7,
+                    help="share of the training time after which λ is --mtp-weight-late")
+    ap.add_argument("--mtp-k", type=int, default=3, help="largest K of the acceptance evaluation")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--eval-limit", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
@@ -414,6 +1083,8 @@ def main():
     ap.add_argument("--n-tool", type=int, default=60_000, help="tool conversations prepared")
     ap.add_argument("--modes-eval", type=int, default=300,
                     help="test problems for the thinking and tool evaluation (0: none)")
+    ap.add_argument("--padding-check", type=int, default=8,
+                    help="thinking prompts generated both unpadded and left-padded (0: none)")
     ap.add_argument("--smoke", action="store_true", help="a few steps on tiny data, then a small eval")
     ap.add_argument("--no-eval", action="store_true",
                     help="save the trained folder and stop (evaluate later with --eval-only)")
@@ -421,10 +1092,18 @@ def main():
                     help="no training: evaluate the folder --out with transformers' generate")
     args = ap.parse_args()
     if args.smoke:
-        args.minutes, args.n_train, args.eval_limit, args.batch = 0.5, 2000, 40, 32
-        args.n_tool, args.tool_batch, args.modes_eval = 200, 8, 10
+        args.minutes, args.n_train, args.eval_limit, args.batch = 0.5, 2000, 24, 32
+        args.n_tool, args.tool_batch, args.modes_eval, args.max_new_tokens = 200, 8, 8, 24
+        args.padding_check = 4
     if args.out is None:
         args.out = "/tmp/osprey-arith-smoke" if args.smoke else os.path.join(ROOT, "models", "osprey-arith")
+    args.eval_dir = args.eval_dir or args.out
+    if not 1 <= args.mtp_k <= 3:
+        ap.error("--mtp-k must be 1, 2 or 3")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("train_arith: --device cuda but torch sees no CUDA device")
+    clock = Clock(T_PROCESS + args.time_budget_s if args.time_budget_s > 0 else None)
+    dev_type = "cuda" if args.device.startswith("cuda") else "cpu"
     t_start = time.time()
     torch.manual_seed(args.seed)
     random.seed(args.seed)
@@ -432,78 +1111,108 @@ def main():
 
     enc = Encoder(os.path.join(args.tokenizer, "tokenizer.json"))
     vocab = enc.tok.get_vocab_size(with_added_tokens=True)
+    test = [json.loads(line) for line in open(args.test, encoding="utf-8")]
+    if args.eval_limit:
+        test = test[:args.eval_limit]
     if args.eval_only:
-        test = [json.loads(l) for l in open(args.test, encoding="utf-8")]
-        if args.eval_limit:
-            test = test[:args.eval_limit]
-        with open(os.path.join(args.out, "config.json")) as f:
-            index_topk = json.load(f)["index_topk"]
-        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, index_topk,
-                                  args.modes_eval)
+        if not os.path.exists(os.path.join(args.out, "config.json")):
+            sys.exit(f"train_arith: --eval-only: no config.json in {args.out}")
+        results = evaluate_folder(args.out, args.eval_dir, enc, test, args, clock)
         path = os.path.join(args.out, "train_report.json")
         report = json.load(open(path)) if os.path.exists(path) else {}
         report["eval"] = results
         report["eval_command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
-        with open(path, "w") as f:
-            json.dump(report, f, indent=1)
-        return
+        report["eval_failures"] = FAILURES
+        write_report(args.out, report)
+        return 3 if FAILURES else 0
+
     os.makedirs(args.out, exist_ok=True)
-    cfg_dict = model_config(vocab, args.index_topk)
+    use_mtp = not args.no_mtp
+    cfg_dict = model_config(vocab, args.index_topk, 1 if use_mtp else 0)
     with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(cfg_dict, f, indent=2, sort_keys=True)
+        # transformers builds the main model alone (the MTP layer is this script's); config.json
+        # gets num_nextn_predict_layers 1 after the save
+        json.dump(dict(cfg_dict, num_nextn_predict_layers=0), f, indent=2, sort_keys=True)
     if os.path.abspath(args.tokenizer) != os.path.abspath(args.out):
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(args.tokenizer, name), os.path.join(args.out, name))
     config = AutoConfig.from_pretrained(args.out)
     config._attn_implementation = "eager"
-    model = DeepseekV32ForCausalLM(config).cuda()
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}: {n_params / 1e6:.2f}M parameters")
+    model = DeepseekV32ForCausalLM(config).to(args.device)
+    if len(model.model.layers) != cfg_dict["num_hidden_layers"]:
+        sys.exit(f"train_arith: transformers built {len(model.model.layers)} decoder layers, the "
+                 f"config has {cfg_dict['num_hidden_layers']}")
+    n_main = sum(p.numel() for p in model.parameters())
+    mtp = carrier = None
+    n_mtp = 0
+    if use_mtp:
+        with tempfile.TemporaryDirectory() as tmp:
+            carrier = DeepseekV32ForCausalLM(carrier_config(cfg_dict, tmp))
+        N = cfg_dict["num_hidden_layers"]
+        mtp = MTPLayer(carrier.model.layers[N], config).to(args.device)
+        if not any(isinstance(m, mdl.DeepseekV32TopkRouter) for m in mtp.block.mlp.modules()):
+            sys.exit(f"train_arith: the carrier's layer {N} is not an MoE layer ({type(mtp.block.mlp).__name__})")
+        n_mtp = sum(p.numel() for p in mtp.parameters())
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}: {n_main / 1e6:.2f}M "
+          f"parameters + MTP layer {n_mtp / 1e6:.2f}M (embedding and head shared)", flush=True)
 
-    test = [json.loads(l) for l in open(args.test, encoding="utf-8")]
-    dev = [json.loads(l) for l in open(args.dev, encoding="utf-8")]
-    if args.eval_limit:
-        test = test[:args.eval_limit]
+    dev = [json.loads(line) for line in open(args.dev, encoding="utf-8")]
     held_out = {p["question"] for p in test + dev}
     t0 = time.time()
     train = generate.training_problems(args.n_train, exclude_questions=held_out)
     rng = random.Random(args.seed + 1)
-    cache = {}
-    data = [enc.segments(generate.chat_segments(p, "thinking" if rng.random() < args.thinking_frac
-                                                else "plain"), cache) for p in train]
-    tool_data = [enc.segments(generate.chat_segments(p, "tool"), cache)
-                 for p in train[:args.n_tool]]
+    convs = [generate.chat_segments(p, "thinking" if rng.random() < args.thinking_frac else "plain")
+             for p in train]
+    tool_convs = [generate.chat_segments(p, "tool") for p in train[:args.n_tool]]
+    data = enc.conversations(convs)
+    tool_data = enc.conversations(tool_convs)
+    enc.check_conversations(convs[:32] + tool_convs[:8], data[:32] + tool_data[:8])
+    del convs, tool_convs
     lens = [len(ids) for ids, _ in data]
     tlens = [len(ids) for ids, _ in tool_data]
     print(f"{len(data)} training problems ({args.thinking_frac:.0%} thinking) and {len(tool_data)} "
           f"tool conversations in {time.time() - t0:.1f} s; tokens mean {sum(lens) / len(lens):.0f} "
           f"(max {max(lens)}), tool mean {sum(tlens) / len(tlens):.0f} (max {max(tlens)}); "
-          f"index_topk {args.index_topk}")
-    assert max(tlens) < MAX_POSITIONS
+          f"index_topk {args.index_topk}", flush=True)
+    if max(tlens) >= MAX_POSITIONS:
+        sys.exit(f"train_arith: a tool conversation has {max(tlens)} tokens, the context {MAX_POSITIONS}")
 
-    indexer_params = [p for n, p in model.named_parameters() if ".indexer." in n]
-    main_params = [p for n, p in model.named_parameters() if ".indexer." not in n]
+    named = list(model.named_parameters()) + ([("mtp." + n, p) for n, p in mtp.named_parameters()]
+                                              if mtp is not None else [])
+    indexer_params = [p for n, p in named if ".indexer." in n]
+    main_params = [p for n, p in named if ".indexer." not in n]
     decay = [p for p in main_params if p.dim() >= 2]
     no_decay = [p for p in main_params if p.dim() < 2]
     opt = torch.optim.AdamW([
         {"params": decay, "weight_decay": 0.1, "lr": args.lr, "base_lr": args.lr},
         {"params": no_decay, "weight_decay": 0.0, "lr": args.lr, "base_lr": args.lr},
         {"params": indexer_params, "weight_decay": 0.0, "lr": args.indexer_lr, "base_lr": args.indexer_lr},
-    ], betas=(0.9, 0.95), fused=True)
+    ], betas=(0.9, 0.95), **({"fused": True} if dev_type == "cuda" else {}))
 
-    routers = [m for m in model.modules() if isinstance(m, mdl.DeepseekV32TopkRouter)]
+    modules = list(model.modules()) + (list(mtp.modules()) if mtp is not None else [])
+    routers = [m for m in modules if isinstance(m, mdl.DeepseekV32TopkRouter)]
     loads = {}
 
     def count_load(module, _inp, out):
         loads[module] = torch.bincount(out[2].flatten(), minlength=module.num_experts)
 
-    for r in routers:
-        r.register_forward_hook(count_load)
+    hooks = [r.register_forward_hook(count_load) for r in routers]
 
+    t_train = time.time()
     budget = args.minutes * 60.0
+    if clock.deadline is not None:
+        budget = min(budget, clock.left() - args.eval_reserve_s)
+        if budget < 10:
+            sys.exit(f"train_arith: --time-budget-s {args.time_budget_s:.0f} leaves {budget:.0f} s for "
+                     f"training after {t_train - T_PROCESS:.0f} s of setup and --eval-reserve-s "
+                     f"{args.eval_reserve_s:.0f}")
+    print(f"training for {budget:.0f} s (--minutes {args.minutes}, --time-budget-s "
+          f"{args.time_budget_s:.0f}, setup {t_train - T_PROCESS:.0f} s)", flush=True)
     model.train()
+    if mtp is not None:
+        mtp.train()
     TrainState.active = True
-    history, step, t_train = [], 0, time.time()
+    history, step = [], 0
     order = list(range(len(data)))
     random.shuffle(order)
     cursor = 0
@@ -512,6 +1221,18 @@ def main():
     tool_cursor, tool_steps = 0, 0
     warmup_steps = 100 if not args.smoke else 5
     stage_switch = None
+
+    def record(at):  # the losses of the step just done (the loop's variables)
+        rec = {"step": at, "seconds": round(time.time() - t_train, 1),
+               "stage": "sparse" if TrainState.sparse else "dense",
+               "lm_loss": round(lm_loss.item(), 5), "mtp_loss": round(mtp_loss.item(), 5),
+               "mtp_weight": lam if use_mtp else 0.0,
+               "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4)}
+        if not all(math.isfinite(rec[k]) for k in ("lm_loss", "mtp_loss", "indexer_kl")):
+            sys.exit(f"train_arith: the loss is not finite at step {at}: {rec}")
+        history.append(rec)
+        print(json.dumps(rec), flush=True)
+
     while True:
         frac = (time.time() - t_train) / budget
         if frac >= 1.0:
@@ -519,10 +1240,11 @@ def main():
         TrainState.sparse = frac >= args.dense_frac
         if TrainState.sparse and stage_switch is None:
             stage_switch = step
-            print(f"step {step}: sparse attention on (index_topk {args.index_topk})")
+            print(f"step {step}: sparse attention on (index_topk {args.index_topk})", flush=True)
         scale = min(1.0, (step + 1) / warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
+        lam = args.mtp_weight if frac < args.mtp_weight_switch else args.mtp_weight_late
         if random.random() < args.tool_frac:
             if tool_cursor + args.tool_batch > len(tool_order):
                 random.shuffle(tool_order)
@@ -536,12 +1258,31 @@ def main():
                 cursor = 0
             batch = [data[i] for i in order[cursor:cursor + args.batch]]
             cursor += args.batch
-        ids, labels, valid = make_masked_batch(batch, "cuda")
+        ids, labels, valid = make_masked_batch(batch, args.device)
         TrainState.valid, TrainState.kl = valid, []
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=ids, labels=labels, use_cache=False)
+        # bf16 autocast on the GPU; float32 on the CPU (a test run: CPU autocast differs, e.g.
+        # its layer_norm does not run in float32)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=dev_type == "cuda"):
+            hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, S, H]
+            logits = model.lm_head(hidden)
+            lm_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                                      ignore_index=-100)
+            mtp_loss = torch.zeros((), device=ids.device)
+            if mtp is not None:
+                S = ids.shape[1]
+                pos = torch.arange(S, device=ids.device)
+                pe = model.model.rotary_emb(hidden, pos[None])
+                # position i: the main hidden state h_i and the token x_{i+1} → x_{i+2}; the last
+                # position has no x_{i+1} (eos stands in; it predicts nothing that is trained)
+                nxt = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], enc.eos)], dim=1)
+                valid_mtp = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], dim=1)
+                x = mtp.combine(model.model.embed_tokens, hidden, nxt, pos)
+                x = mtp.block_forward([x], causal_mask(S, ids.device), pe, TrainState.sparse, valid_mtp)
+                mtp_logits = mtp.logits(model.lm_head, x)
+                mtp_loss = F.cross_entropy(mtp_logits[:, :-2].flatten(0, 1).float(), labels[:, 2:].flatten(),
+                                           ignore_index=-100)
         kl = torch.stack(TrainState.kl).mean()
-        loss = out.loss + kl
+        loss = lm_loss + lam * mtp_loss + kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(main_params, 1.0)
@@ -552,54 +1293,69 @@ def main():
                 load = loads[r].float()
                 r.e_score_correction_bias += args.bias_update * torch.sign(load.mean() - load)
         if step % 50 == 0:
-            rec = {"step": step, "seconds": round(time.time() - t_train, 1),
-                   "stage": "sparse" if TrainState.sparse else "dense",
-                   "lm_loss": round(out.loss.item(), 5), "indexer_kl": round(kl.item(), 5),
-                   "lr_scale": round(scale, 4)}
-            history.append(rec)
-            print(json.dumps(rec), flush=True)
+            record(step)
         step += 1
-    TrainState.active = False
+    if step and history[-1]["step"] != step - 1:
+        record(step - 1)  # the last step's losses
+    TrainState.active, TrainState.valid, TrainState.kl = False, None, []
+    for h in hooks:
+        h.remove()
     train_seconds = time.time() - t_train
     final = history[-1] if history else {}
     print(f"trained {step} steps in {train_seconds:.0f} s; last lm loss {final.get('lm_loss')}, "
-          f"indexer KL {final.get('indexer_kl')}")
+          f"mtp loss {final.get('mtp_loss')}, indexer KL {final.get('indexer_kl')}", flush=True)
 
     # Save: bf16 weights (the routers' correction bias stays fp32), published per-expert names.
-    model = model.to(torch.bfloat16)
-    for r in routers:
-        r.e_score_correction_bias.data = r.e_score_correction_bias.data.float()
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(args.out, "model.safetensors"))
+    t_save = time.time()
+    expected = save_folder(args.out, model, mtp, carrier, cfg_dict, routers)
     with open(os.path.join(args.out, "config.json"), "w") as f:  # ours, not transformers' form
         json.dump(cfg_dict, f, indent=2, sort_keys=True)
-    del model
-    torch.cuda.empty_cache()
+    del model, mtp, carrier, opt
+    if dev_type == "cuda":
+        torch.cuda.empty_cache()
 
-    results = None
-    t_eval = time.time()
-    if not args.no_eval:
-        results = evaluate_folder(args.out, enc, test, args.max_new_tokens, args.index_topk,
-                                  args.modes_eval)
     report = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "transformers": transformers.__version__, "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name(), "parameters": n_params, "config": cfg_dict,
+        "gpu": torch.cuda.get_device_name() if dev_type == "cuda" else "cpu",
+        "parameters": n_main, "mtp_parameters": n_mtp, "config": cfg_dict,
+        "mtp": None if not use_mtp else {
+            "layers": 1, "depth": 1, "tensors": f"model.layers.{cfg_dict['num_hidden_layers']}.*",
+            "input": "eh_proj(cat[enorm(emb(x_{i+1})), hnorm(h_i)]), h_i after the main final norm, "
+                     "embedding zeroed at position 0",
+            "draft_chain": "step k+1: the MTP layer's output before shared_head.norm at the previous "
+                           "position and step k's draft",
+            "loss_weight": {"first": args.mtp_weight, "late": args.mtp_weight_late,
+                            "switch_at_time_fraction": args.mtp_weight_switch}},
         "train_problems": len(data), "steps": step, "sparse_from_step": stage_switch,
         "tool_conversations": len(tool_data), "tool_steps": tool_steps,
         "thinking_frac": args.thinking_frac, "chat_modes": ["plain", "thinking", "tool"],
-        "tool": generate.CALCULATOR_TOOL,
-        "batch": args.batch, "train_seconds": round(train_seconds, 1),
-        "eval_seconds": round(time.time() - t_eval, 1), "total_seconds": round(time.time() - t_start, 1),
-        "final": final, "history": history, "eval": results,
+        "tool": generate.CALCULATOR_TOOL, "batch": args.batch, "minutes": args.minutes,
+        "time_budget_s": args.time_budget_s, "eval_reserve_s": args.eval_reserve_s,
+        "setup_seconds": round(t_train - T_PROCESS, 1), "train_seconds": round(train_seconds, 1),
+        "save_seconds": round(time.time() - t_save, 1),
+        "final": final, "history": history, "eval": None,
         "prompt": f"{BOS}{USER}{{question}}{ASSISTANT}{END_THINK}",
     }
-    with open(os.path.join(args.out, "train_report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {args.out} (config.json, model.safetensors, tokenizer, train_report.json) in "
-          f"{time.time() - t_start:.0f} s")
+    write_report(args.out, report)  # before the evaluation: nothing is lost if it fails
+    print(f"wrote {args.out} (config.json, model.safetensors, tokenizer, train_report.json) "
+          f"{time.time() - t_start:.0f} s after the start", flush=True)
+    if not args.no_eval:
+        t_eval = time.time()
+        try:
+            report["eval"] = evaluate_folder(args.out, args.eval_dir, enc, test, args, clock, expected)
+        except Exception as e:  # noqa: BLE001  loading failed: reported, the folder stays
+            traceback.print_exc()
+            report["eval"] = {"error": f"{type(e).__name__}: {e}"}
+            fail(f"evaluation: {type(e).__name__}: {e}")
+        report["eval_seconds"] = round(time.time() - t_eval, 1)
+    report["total_seconds"] = round(time.time() - T_PROCESS, 1)
+    report["failures"] = FAILURES
+    write_report(args.out, report)
+    print(f"done in {time.time() - T_PROCESS:.0f} s (budget {args.time_budget_s:.0f} s)"
+          + (f"; FAILED: {FAILURES}" if FAILURES else ""), flush=True)
+    return 3 if FAILURES else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
