@@ -1,9 +1,11 @@
-// osprey eval --task arith: task accuracy, the gate every optimisation must pass (issue #7).
-// Greedy answers to the arithmetic word problems (tests/data/arith/test.jsonl), the final number
-// extracted as lm-eval's GSM8K flexible-extract does, exact-match accuracy with its 95% Wilson
-// interval, the failures to a JSONL file. The model runs here on the CPU engine (--model) or
-// behind any OpenAI-compatible server (--server, /v1/chat/completions). The prompt is the one
-// eval/arith_task.h describes (what tools/train_arith.py trains on).
+// osprey eval --task arith|boxes|boxes-short: task accuracy, the gate every optimisation must
+// pass (issues #7, #19). Greedy answers to the arithmetic word problems
+// (tests/data/arith/test.jsonl) or to the long-context box problems (generated: eval/boxes_task.h;
+// 3,000-8,000-token prompts, ~2,500 for boxes-short), the final number extracted as lm-eval's
+// GSM8K flexible-extract does, exact-match accuracy with its 95% Wilson interval, the failures to
+// a JSONL file. The model runs here on the CPU engine (--model) or behind any OpenAI-compatible
+// server (--server, /v1/chat/completions). The prompt is the one eval/arith_task.h describes (what
+// tools/train_arith.py and tools/train_boxes.py train on).
 //
 // Negative controls (--model only; the gate must be able to fail): --zero-attention-layer L,
 // --indexer-recent; and --dense, the sparsity-off figure (model/ablation.h).
@@ -17,12 +19,13 @@
 #include "bench/url.h"
 #include "cli/command.h"
 #include "cli/model_paths.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "cli/parallel_flags.h"
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
+#include "eval/boxes_task.h"
 #include "kv/kv_cache_dtype.h"
 #include "ops/gemm.h"
 
@@ -31,8 +34,7 @@ namespace {
 
 struct Args {
   dist::ParallelConfig parallel;
-  std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
-                                   failures = "arith_failures.jsonl";
+  std::string task, model, server, data, failures, write_problems;
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
                       fp8_gemm = "w8a8", kv_cache_dtype = "auto";
   int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
@@ -152,8 +154,31 @@ std::vector<std::string> answer_server(const Args& a, const std::vector<eval::Ar
   return outputs;
 }
 
+// The task's problems: arith from --data (default tests/data/arith/test.jsonl); boxes and
+// boxes-short generated (the first --limit of the test split, kBoxesTestSize by default), or read
+// from --data (a JSONL of tools/boxes/generate.py).
+std::vector<eval::ArithProblem> task_problems(const Args& a) {
+  eval::BoxesLength length{};
+  const bool boxes = eval::parse_boxes_task(a.task, &length);
+  if (!boxes && a.task != "arith")
+    fail("unknown task '", a.task, "' (tasks: arith, boxes, boxes-short)");
+  if (a.limit < 0) fail("--limit must be positive");
+  if (!a.write_problems.empty() && (!boxes || !a.data.empty()))
+    fail("--write-problems writes the generated problems of --task boxes or boxes-short");
+  std::vector<eval::ArithProblem> ps;
+  if (boxes && a.data.empty()) {
+    const int64_t n = a.limit > 0 ? a.limit : eval::kBoxesTestSize;
+    std::vector<eval::BoxesProblem> bs = eval::boxes_problems("test", length, n);
+    if (!a.write_problems.empty()) eval::write_boxes_problems(bs, a.write_problems);
+    for (eval::BoxesProblem& b : bs) ps.push_back(std::move(b.problem));
+    return ps;
+  }
+  ps = eval::load_arith_problems(a.data.empty() ? std::string(OSPREY_DEFAULT_ARITH_DATA) : a.data);
+  if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
+  return ps;
+}
+
 void run(const Args& a) {
-  if (a.task != "arith") fail("unknown task '", a.task, "' (tasks: arith)");
   if (a.device != "cpu" && a.device != "cuda")
     fail("--device must be cpu or cuda, got '", a.device, "'");
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
@@ -173,48 +198,58 @@ void run(const Args& a) {
     fail("--max-tokens, --batch and --concurrency must be at least 1");
   if (!a.server.empty() && (a.zero_attention_layer >= 0 || a.indexer_recent || a.dense))
     fail("--zero-attention-layer, --indexer-recent and --dense act on the model here: use --model");
-  std::vector<eval::ArithProblem> ps = eval::load_arith_problems(a.data);
-  if (a.limit < 0) fail("--limit must be positive");
-  if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
+  const std::vector<eval::ArithProblem> ps = task_problems(a);
+  if (!a.write_problems.empty()) {
+    std::printf("wrote %zu %s problems to %s\n", ps.size(), a.task.c_str(),
+                a.write_problems.c_str());
+    return;
+  }
+  const std::string failures = a.failures.empty() ? a.task + "_failures.jsonl" : a.failures;
   const auto t0 = std::chrono::steady_clock::now();
   std::string label;
   const std::vector<std::string> outputs =
       a.server.empty() ? answer_offline(a, ps, &label) : answer_server(a, ps, &label);
   const double secs = seconds_since(t0);
-  const eval::EvalSummary s = eval::score_outputs(ps, outputs, a.failures);
-  std::printf("arith: %s\n", label.c_str());
+  const eval::EvalSummary s = eval::score_outputs(ps, outputs, failures);
+  std::printf("%s: %s\n", a.task.c_str(), label.c_str());
   std::printf("accuracy %.4f (%lld/%lld), 95%% CI [%.4f, %.4f]; %lld without a number; %.1f s\n",
               s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
               (long long)s.invalid, secs);
-  std::printf("failures: %s (%lld)\n", a.failures.c_str(), (long long)(s.n - s.correct));
+  std::printf("failures: %s (%lld)\n", failures.c_str(), (long long)(s.n - s.correct));
   if (!a.report.empty()) {
     std::ofstream f(a.report);
     if (!f) fail("cannot write the report '", a.report, "'");
-    const nlohmann::json j = {{"task", "arith"},
-                              {"target", label},
-                              {"data", a.data},
-                              {"n", s.n},
-                              {"correct", s.correct},
-                              {"invalid", s.invalid},
-                              {"accuracy", s.accuracy},
-                              {"ci95", {s.ci95.lo, s.ci95.hi}},
-                              {"zero_attention_layer", a.zero_attention_layer},
-                              {"indexer_recent", a.indexer_recent},
-                              {"dense", a.dense},
-                              {"device", a.server.empty() ? a.device : "server"},
-                              {"bf16_index_keys", a.bf16_index_keys},
-                              {"fp8_gemm", a.fp8_gemm},
-                              {"kv_cache_dtype", a.kv_cache_dtype},
-                              {"seconds", secs}};
+    const nlohmann::json j = {
+        {"task", a.task},
+        {"target", label},
+        {"data", a.data.empty() && a.task == "arith" ? std::string(OSPREY_DEFAULT_ARITH_DATA)
+                 : a.data.empty()                    ? "generated (test split)"
+                                                     : a.data},
+        {"n", s.n},
+        {"correct", s.correct},
+        {"invalid", s.invalid},
+        {"accuracy", s.accuracy},
+        {"ci95", {s.ci95.lo, s.ci95.hi}},
+        {"zero_attention_layer", a.zero_attention_layer},
+        {"indexer_recent", a.indexer_recent},
+        {"dense", a.dense},
+        {"device", a.server.empty() ? a.device : "server"},
+        {"bf16_index_keys", a.bf16_index_keys},
+        {"fp8_gemm", a.fp8_gemm},
+        {"kv_cache_dtype", a.kv_cache_dtype},
+        {"seconds", secs}};
     f << j.dump(1) << "\n";
   }
 }
 
 void register_cmd(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  CLI::App* sub =
-      app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
-  sub->add_option("--task", a->task, "the task: arith")->required();
+  CLI::App* sub = app.add_subcommand(
+      "eval", "task accuracy: greedy answers scored exactly (--task arith|boxes)");
+  sub->add_option("--task", a->task,
+                  "the task: arith | boxes (long context, 3,000-8,000 tokens) | boxes-short "
+                  "(~2,500 tokens)")
+      ->required();
   sub->add_option("--model", a->model,
                   "model folder, run here (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--device", a->device, "cpu | cuda: where --model runs (default cpu)");
@@ -233,10 +268,14 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--served-model", a->served_model,
                   "the model name sent to --server (default: its first in /v1/models)");
   sub->add_option("--api-key", a->api_key, "bearer token for --server");
-  sub->add_option("--data", a->data, "problems, JSONL (default: tests/data/arith/test.jsonl)");
-  sub->add_option("--limit", a->limit, "only the first N problems");
+  sub->add_option("--data", a->data,
+                  "problems, JSONL (default: arith tests/data/arith/test.jsonl; boxes generated)");
+  sub->add_option("--limit", a->limit,
+                  "only the first N problems (boxes: N of the generated test split, default 200)");
+  sub->add_option("--write-problems", a->write_problems,
+                  "boxes: write the generated problems as JSONL here and stop");
   sub->add_option("--failures", a->failures,
-                  "JSONL of the wrong answers (default arith_failures.jsonl)");
+                  "JSONL of the wrong answers (default TASK_failures.jsonl)");
   sub->add_option("--report", a->report, "also write the summary as JSON here");
   sub->add_option("--chat-format", a->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
