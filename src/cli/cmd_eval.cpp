@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -46,9 +48,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --model, else $OSPREY_MODEL, else the task's bundled model (boxes: models/osprey-boxes, made by
+// tools/train_boxes.py; arith: models/osprey-arith).
+std::string task_model_dir(const Args& a) {
+  eval::BoxesLength length{};
+  const char* env = std::getenv("OSPREY_MODEL");
+  if (!a.model.empty() || (env && *env) || !eval::parse_boxes_task(a.task, &length))
+    return resolve_model_dir(a.model);
+  if (!std::filesystem::exists(std::filesystem::path(OSPREY_BOXES_MODEL_DIR) / "config.json"))
+    fail("the box task's model ", OSPREY_BOXES_MODEL_DIR,
+         " is absent: train it with scripts/train_boxes_gpu.sh (tools/train_boxes.py), or give "
+         "--model");
+  return OSPREY_BOXES_MODEL_DIR;
+}
+
 std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::ArithProblem>& ps,
                                         std::string* label) {
-  const std::string dir = resolve_model_dir(a.model);
+  const std::string dir = task_model_dir(a);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
   bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;

@@ -203,6 +203,18 @@ TEST(BoxesTask, ScoringAndUserErrors) {
       0);
   EXPECT_NE(std::system((bin + " eval --task boxes-long > /dev/null 2>&1").c_str()), 0);
   fs::remove(path);
+  // Without --model the task's own model is used; while it is absent the command says so.
+  if (!fs::exists(fs::path(OSPREY_SOURCE_DIR) / "models/osprey-boxes/config.json")) {
+    const std::string out = tmp_path("absent.out");
+    EXPECT_NE(std::system(("env -u OSPREY_MODEL " + bin + " eval --task boxes-short --limit 1 > " +
+                           out + " 2>&1")
+                              .c_str()),
+              0);
+    std::stringstream text;
+    text << std::ifstream(out).rdbuf();
+    EXPECT_NE(text.str().find("osprey-boxes is absent"), std::string::npos) << text.str();
+    fs::remove(out);
+  }
 }
 
 // The gate at CI scale on the trained model (tools/train_boxes.py; skipped until
