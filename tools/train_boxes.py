@@ -13,7 +13,7 @@ The architecture (config.json in the form osprey reads: rope_scaling + rope_thet
   small elsewhere: hidden 128, q_lora 128, expert width 32, dense width 512, 3 layers (the first
   dense), 512-token vocabulary (models/osprey-arith's tokenizer). 18.3M parameters.
   Weights ship as FP8 e4m3 with 128x128 power-of-two (ue8m0) block scales, V3.2's own format:
-  18.7 MB instead of 36.6 MB in bf16, because the repository travels to the GPU machine whole
+  19.1 MB instead of 37.1 MB in bf16, because the repository travels to the GPU machine whole
   (64 MiB at most) and already holds 32 MB. Every linear weight but the embedding, lm_head, the
   routers and the indexer's weights_proj is FP8 (what osprey's weight_specs quantizes). With
   ue8m0 scales the dequantised weights are exact in bf16, so `--dequantize` gives a bf16 folder
@@ -848,8 +848,11 @@ def main():
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(shipped_cfg, f, indent=2, sort_keys=True)
     if os.path.abspath(args.tokenizer) != os.path.abspath(args.out):
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(args.tokenizer, name), os.path.join(args.out, name))
+        shutil.copy(os.path.join(args.tokenizer, "tokenizer.json"), os.path.join(args.out, "tokenizer.json"))
+        tcfg = json.load(open(os.path.join(args.tokenizer, "tokenizer_config.json")))
+        tcfg["model_max_length"] = MAX_POSITIONS
+        with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+            json.dump(tcfg, f, indent=1, ensure_ascii=False)
     size_mb = os.path.getsize(os.path.join(args.out, "model.safetensors")) / 1e6
     n_fp8 = len(fp8_names(state))
     print(f"wrote {args.out}/model.safetensors ({size_mb:.1f} MB, {n_fp8} FP8 weights) in "

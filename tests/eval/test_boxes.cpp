@@ -134,8 +134,14 @@ TEST(BoxesTask, PromptTokenLayout) {
       const ArithProblem& p = b.problem;
       const std::vector<tk::ChatMessage> msgs = {{"user", p.question}};
       const auto ids = chat.encode(msgs);
-      EXPECT_EQ(ids.front(), *bos);
-      EXPECT_EQ(ids.back(), *end_think);
+      // Exactly what tools/train_boxes.py trains on: [bos, <｜User｜>] + text + [<｜Assistant｜>,
+      // </think>].
+      std::vector<tk::TokenId> want = {*bos, *tok.token_to_id("<｜User｜>")};
+      const auto text = tok.encode(p.question);
+      want.insert(want.end(), text.begin(), text.end());
+      want.push_back(*tok.token_to_id("<｜Assistant｜>"));
+      want.push_back(*end_think);
+      EXPECT_EQ(ids, want) << p.id;
       shortest = std::min(shortest, ids.size());
       longest = std::max(longest, ids.size());
       if (full) {
