@@ -39,10 +39,12 @@ struct Args {
   std::string task, model, server, data, failures, write_problems;
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
                       fp8_gemm = "w8a8", kv_cache_dtype = "auto";
-  int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
+  int limit = 0, max_tokens = 256, batch = 0, concurrency = 32;  // batch 0: the task's default
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
 };
+
+constexpr int kArithDefaultBatch = 64, kBoxesDefaultBatch = 16;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -62,9 +64,18 @@ std::string task_model_dir(const Args& a) {
   return OSPREY_BOXES_MODEL_DIR;
 }
 
+// Sequences decoded together: --batch, else 64 for arith and 16 for the box tasks (their
+// 8,000-token contexts: 16 of them keep the CPU engine's cache near 1 GiB).
+int task_batch(const Args& a) {
+  eval::BoxesLength length{};
+  if (a.batch > 0) return a.batch;
+  return eval::parse_boxes_task(a.task, &length) ? kBoxesDefaultBatch : kArithDefaultBatch;
+}
+
 std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::ArithProblem>& ps,
                                         std::string* label) {
   const std::string dir = task_model_dir(a);
+  const int batch = task_batch(a);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
   bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
@@ -100,10 +111,10 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
     longest = std::max(longest, prompts.back().size());
   }
   EngineConfig ec;
-  ec.max_num_seqs = a.batch;
+  ec.max_num_seqs = batch;
   ec.max_model_len =
       int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
-  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * a.batch;
+  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * batch;
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   SamplingParams sp;
@@ -111,7 +122,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   sp.max_tokens = a.max_tokens;
   std::vector<std::string> outputs;
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t chunk = size_t(a.batch) * 4;  // progress every few batches
+  const size_t chunk = size_t(batch) * 4;  // progress every few batches
   for (size_t i = 0; i < prompts.size(); i += chunk) {
     const size_t n = std::min(chunk, prompts.size() - i);
     std::vector<std::vector<int32_t>> part(prompts.begin() + int64_t(i),
@@ -210,7 +221,7 @@ void run(const Args& a) {
   if (a.bf16_index_keys && a.device != "cuda")
     fail("--bf16-index-keys applies to --device cuda (the CPU keeps the indexer keys in F32)");
   if (!a.model.empty() && !a.server.empty()) fail("give --model or --server, not both");
-  if (a.max_tokens < 1 || a.batch < 1 || a.concurrency < 1)
+  if (a.max_tokens < 1 || a.batch < 0 || a.concurrency < 1)
     fail("--max-tokens, --batch and --concurrency must be at least 1");
   if (!a.server.empty() && (a.zero_attention_layer >= 0 || a.indexer_recent || a.dense))
     fail("--zero-attention-layer, --indexer-recent and --dense act on the model here: use --model");
@@ -296,7 +307,8 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--chat-format", a->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
   sub->add_option("--max-tokens", a->max_tokens, "tokens per answer at most (default 256)");
-  sub->add_option("--batch", a->batch, "sequences decoded together (--model, default 64)");
+  sub->add_option("--batch", a->batch,
+                  "sequences decoded together (--model; default 64, boxes 16)");
   sub->add_option("--concurrency", a->concurrency, "requests in flight (--server, default 32)");
   sub->add_option("--zero-attention-layer", a->zero_attention_layer,
                   "negative control: layer L's attention output set to zero");
