@@ -1,15 +1,19 @@
-// osprey eval --task arith: task accuracy, the gate every optimisation must pass (issue #7).
-// Greedy answers to the arithmetic word problems (tests/data/arith/test.jsonl), the final number
-// extracted as lm-eval's GSM8K flexible-extract does, exact-match accuracy with its 95% Wilson
-// interval, the failures to a JSONL file. The model runs here on the CPU engine (--model) or
-// behind any OpenAI-compatible server (--server, /v1/chat/completions). The prompt is the one
-// eval/arith_task.h describes (what tools/train_arith.py trains on).
+// osprey eval --task arith|boxes|boxes-short: task accuracy, the gate every optimisation must
+// pass (issues #7, #19). Greedy answers to the arithmetic word problems
+// (tests/data/arith/test.jsonl) or to the long-context box problems (generated: eval/boxes_task.h;
+// 3,000-8,000-token prompts, ~2,500 for boxes-short), the final number extracted as lm-eval's
+// GSM8K flexible-extract does, exact-match accuracy with its 95% Wilson interval, the failures to
+// a JSONL file. The model runs here on the CPU engine (--model) or behind any OpenAI-compatible
+// server (--server, /v1/chat/completions). The prompt is the one eval/arith_task.h describes (what
+// tools/train_arith.py and tools/train_boxes.py train on).
 //
 // Negative controls (--model only; the gate must be able to fail): --zero-attention-layer L,
 // --indexer-recent; and --dense, the sparsity-off figure (model/ablation.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -23,6 +27,7 @@
 #include "engine/model_bundle.h"
 #include "engine/tokenizer_decoder.h"
 #include "eval/arith_task.h"
+#include "eval/boxes_task.h"
 #include "kv/kv_cache_dtype.h"
 #include "ops/gemm.h"
 
@@ -31,22 +36,46 @@ namespace {
 
 struct Args {
   dist::ParallelConfig parallel;
-  std::string task, model, server, data = OSPREY_DEFAULT_ARITH_DATA,
-                                   failures = "arith_failures.jsonl";
+  std::string task, model, server, data, failures, write_problems;
   std::string report, chat_format = "auto", served_model, api_key, device = "cpu",
                       fp8_gemm = "w8a8", kv_cache_dtype = "auto", speculative_config, outputs;
-  int limit = 0, max_tokens = 256, batch = 64, concurrency = 32;
+  int limit = 0, max_tokens = 256, batch = 0, concurrency = 32;  // batch 0: the task's default
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
 };
+
+constexpr int kArithDefaultBatch = 64, kBoxesDefaultBatch = 16;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --model, else $OSPREY_MODEL, else the task's bundled model (boxes: models/osprey-boxes, made by
+// tools/train_boxes.py; arith: models/osprey-arith).
+std::string task_model_dir(const Args& a) {
+  eval::BoxesLength length{};
+  const char* env = std::getenv("OSPREY_MODEL");
+  if (!a.model.empty() || (env && *env) || !eval::parse_boxes_task(a.task, &length))
+    return resolve_model_dir(a.model);
+  if (!std::filesystem::exists(std::filesystem::path(OSPREY_BOXES_MODEL_DIR) / "config.json"))
+    fail("the box task's model ", OSPREY_BOXES_MODEL_DIR,
+         " is absent: train it with scripts/train_boxes_gpu.sh (tools/train_boxes.py), or give "
+         "--model");
+  return OSPREY_BOXES_MODEL_DIR;
+}
+
+// Sequences decoded together: --batch, else 64 for arith and 16 for the box tasks (their
+// 8,000-token contexts: 16 of them keep the CPU engine's cache near 1 GiB).
+int task_batch(const Args& a) {
+  eval::BoxesLength length{};
+  if (a.batch > 0) return a.batch;
+  return eval::parse_boxes_task(a.task, &length) ? kBoxesDefaultBatch : kArithDefaultBatch;
+}
+
 std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::ArithProblem>& ps,
                                         std::string* label, EngineStats* stats) {
-  const std::string dir = resolve_model_dir(a.model);
+  const std::string dir = task_model_dir(a);
+  const int batch = task_batch(a);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
   bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
@@ -82,14 +111,14 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
     longest = std::max(longest, prompts.back().size());
   }
   EngineConfig ec;
-  ec.max_num_seqs = a.batch;
+  ec.max_num_seqs = batch;
   ec.max_model_len =
       int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
-  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * a.batch;
+  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * batch;
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.max_num_batched_tokens =
-      std::max(ec.max_num_batched_tokens, a.batch * (1 + ec.speculative.num_speculative_tokens));
+      std::max(ec.max_num_batched_tokens, batch * (1 + ec.speculative.num_speculative_tokens));
   if (ec.speculative.enabled())
     *label += " (MTP, " + std::to_string(ec.speculative.num_speculative_tokens) + " draft tokens)";
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
@@ -98,7 +127,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   sp.max_tokens = a.max_tokens;
   std::vector<std::string> outputs;
   const auto t0 = std::chrono::steady_clock::now();
-  const size_t chunk = size_t(a.batch) * 4;  // progress every few batches
+  const size_t chunk = size_t(batch) * 4;  // progress every few batches
   for (size_t i = 0; i < prompts.size(); i += chunk) {
     const size_t n = std::min(chunk, prompts.size() - i);
     std::vector<std::vector<int32_t>> part(prompts.begin() + int64_t(i),
@@ -158,8 +187,31 @@ std::vector<std::string> answer_server(const Args& a, const std::vector<eval::Ar
   return outputs;
 }
 
+// The task's problems: arith from --data (default tests/data/arith/test.jsonl); boxes and
+// boxes-short generated (the first --limit of the test split, kBoxesTestSize by default), or read
+// from --data (a JSONL of tools/boxes/generate.py).
+std::vector<eval::ArithProblem> task_problems(const Args& a) {
+  eval::BoxesLength length{};
+  const bool boxes = eval::parse_boxes_task(a.task, &length);
+  if (!boxes && a.task != "arith")
+    fail("unknown task '", a.task, "' (tasks: arith, boxes, boxes-short)");
+  if (a.limit < 0) fail("--limit must be positive");
+  if (!a.write_problems.empty() && (!boxes || !a.data.empty()))
+    fail("--write-problems writes the generated problems of --task boxes or boxes-short");
+  std::vector<eval::ArithProblem> ps;
+  if (boxes && a.data.empty()) {
+    const int64_t n = a.limit > 0 ? a.limit : eval::kBoxesTestSize;
+    std::vector<eval::BoxesProblem> bs = eval::boxes_problems("test", length, n);
+    if (!a.write_problems.empty()) eval::write_boxes_problems(bs, a.write_problems);
+    for (eval::BoxesProblem& b : bs) ps.push_back(std::move(b.problem));
+    return ps;
+  }
+  ps = eval::load_arith_problems(a.data.empty() ? std::string(OSPREY_DEFAULT_ARITH_DATA) : a.data);
+  if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
+  return ps;
+}
+
 void run(const Args& a) {
-  if (a.task != "arith") fail("unknown task '", a.task, "' (tasks: arith)");
   if (a.device != "cpu" && a.device != "cuda")
     fail("--device must be cpu or cuda, got '", a.device, "'");
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
@@ -178,25 +230,29 @@ void run(const Args& a) {
   if (a.bf16_index_keys && a.device != "cuda")
     fail("--bf16-index-keys applies to --device cuda (the CPU keeps the indexer keys in F32)");
   if (!a.model.empty() && !a.server.empty()) fail("give --model or --server, not both");
-  if (a.max_tokens < 1 || a.batch < 1 || a.concurrency < 1)
+  if (a.max_tokens < 1 || a.batch < 0 || a.concurrency < 1)
     fail("--max-tokens, --batch and --concurrency must be at least 1");
   if (!a.server.empty() && (a.zero_attention_layer >= 0 || a.indexer_recent || a.dense))
     fail("--zero-attention-layer, --indexer-recent and --dense act on the model here: use --model");
-  std::vector<eval::ArithProblem> ps = eval::load_arith_problems(a.data);
-  if (a.limit < 0) fail("--limit must be positive");
-  if (a.limit > 0 && size_t(a.limit) < ps.size()) ps.resize(size_t(a.limit));
+  const std::vector<eval::ArithProblem> ps = task_problems(a);
+  if (!a.write_problems.empty()) {
+    std::printf("wrote %zu %s problems to %s\n", ps.size(), a.task.c_str(),
+                a.write_problems.c_str());
+    return;
+  }
+  const std::string failures = a.failures.empty() ? a.task + "_failures.jsonl" : a.failures;
   const auto t0 = std::chrono::steady_clock::now();
   std::string label;
   EngineStats stats;
   const std::vector<std::string> outputs =
       a.server.empty() ? answer_offline(a, ps, &label, &stats) : answer_server(a, ps, &label);
   const double secs = seconds_since(t0);
-  const eval::EvalSummary s = eval::score_outputs(ps, outputs, a.failures);
-  std::printf("arith: %s\n", label.c_str());
+  const eval::EvalSummary s = eval::score_outputs(ps, outputs, failures);
+  std::printf("%s: %s\n", a.task.c_str(), label.c_str());
   std::printf("accuracy %.4f (%lld/%lld), 95%% CI [%.4f, %.4f]; %lld without a number; %.1f s\n",
               s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
               (long long)s.invalid, secs);
-  std::printf("failures: %s (%lld)\n", a.failures.c_str(), (long long)(s.n - s.correct));
+  std::printf("failures: %s (%lld)\n", failures.c_str(), (long long)(s.n - s.correct));
   const double acceptance =
       stats.spec_draft_tokens ? double(stats.spec_accepted_tokens) / double(stats.spec_draft_tokens)
                               : 0.0;
@@ -219,38 +275,44 @@ void run(const Args& a) {
   if (!a.report.empty()) {
     std::ofstream f(a.report);
     if (!f) fail("cannot write the report '", a.report, "'");
-    const nlohmann::json j = {{"task", "arith"},
-                              {"target", label},
-                              {"data", a.data},
-                              {"n", s.n},
-                              {"correct", s.correct},
-                              {"invalid", s.invalid},
-                              {"accuracy", s.accuracy},
-                              {"ci95", {s.ci95.lo, s.ci95.hi}},
-                              {"zero_attention_layer", a.zero_attention_layer},
-                              {"indexer_recent", a.indexer_recent},
-                              {"dense", a.dense},
-                              {"device", a.server.empty() ? a.device : "server"},
-                              {"bf16_index_keys", a.bf16_index_keys},
-                              {"fp8_gemm", a.fp8_gemm},
-                              {"kv_cache_dtype", a.kv_cache_dtype},
-                              {"seconds", secs},
-                              {"speculative_tokens", spec.num_speculative_tokens},
-                              {"spec_draft_tokens", stats.spec_draft_tokens},
-                              {"spec_accepted_tokens", stats.spec_accepted_tokens},
-                              {"spec_acceptance_rate", acceptance},
-                              {"spec_mean_accepted_length", accepted_length},
-                              {"engine_steps", stats.steps},
-                              {"generation_tokens", stats.generation_tokens_total}};
+    const nlohmann::json j = {
+        {"task", a.task},
+        {"target", label},
+        {"data", a.data.empty() && a.task == "arith" ? std::string(OSPREY_DEFAULT_ARITH_DATA)
+                 : a.data.empty()                    ? "generated (test split)"
+                                                     : a.data},
+        {"n", s.n},
+        {"correct", s.correct},
+        {"invalid", s.invalid},
+        {"accuracy", s.accuracy},
+        {"ci95", {s.ci95.lo, s.ci95.hi}},
+        {"zero_attention_layer", a.zero_attention_layer},
+        {"indexer_recent", a.indexer_recent},
+        {"dense", a.dense},
+        {"device", a.server.empty() ? a.device : "server"},
+        {"bf16_index_keys", a.bf16_index_keys},
+        {"fp8_gemm", a.fp8_gemm},
+        {"kv_cache_dtype", a.kv_cache_dtype},
+        {"seconds", secs},
+        {"speculative_tokens", spec.num_speculative_tokens},
+        {"spec_draft_tokens", stats.spec_draft_tokens},
+        {"spec_accepted_tokens", stats.spec_accepted_tokens},
+        {"spec_acceptance_rate", acceptance},
+        {"spec_mean_accepted_length", accepted_length},
+        {"engine_steps", stats.steps},
+        {"generation_tokens", stats.generation_tokens_total}};
     f << j.dump(1) << "\n";
   }
 }
 
 void register_cmd(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  CLI::App* sub =
-      app.add_subcommand("eval", "task accuracy: greedy answers scored exactly (--task arith)");
-  sub->add_option("--task", a->task, "the task: arith")->required();
+  CLI::App* sub = app.add_subcommand(
+      "eval", "task accuracy: greedy answers scored exactly (--task arith|boxes)");
+  sub->add_option("--task", a->task,
+                  "the task: arith | boxes (long context, 3,000-8,000 tokens) | boxes-short "
+                  "(~2,500 tokens)")
+      ->required();
   sub->add_option("--model", a->model,
                   "model folder, run here (default: $OSPREY_MODEL or the bundled model)");
   sub->add_option("--device", a->device, "cpu | cuda: where --model runs (default cpu)");
@@ -269,10 +331,14 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--served-model", a->served_model,
                   "the model name sent to --server (default: its first in /v1/models)");
   sub->add_option("--api-key", a->api_key, "bearer token for --server");
-  sub->add_option("--data", a->data, "problems, JSONL (default: tests/data/arith/test.jsonl)");
-  sub->add_option("--limit", a->limit, "only the first N problems");
+  sub->add_option("--data", a->data,
+                  "problems, JSONL (default: arith tests/data/arith/test.jsonl; boxes generated)");
+  sub->add_option("--limit", a->limit,
+                  "only the first N problems (boxes: N of the generated test split, default 200)");
+  sub->add_option("--write-problems", a->write_problems,
+                  "boxes: write the generated problems as JSONL here and stop");
   sub->add_option("--failures", a->failures,
-                  "JSONL of the wrong answers (default arith_failures.jsonl)");
+                  "JSONL of the wrong answers (default TASK_failures.jsonl)");
   sub->add_option("--report", a->report, "also write the summary as JSON here");
   sub->add_option("--outputs", a->outputs,
                   "also write every answer's text as JSONL here (to compare two runs)");
@@ -282,7 +348,8 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--chat-format", a->chat_format,
                   "auto | deepseek-v3 | deepseek-v3.1 | simple (--model)");
   sub->add_option("--max-tokens", a->max_tokens, "tokens per answer at most (default 256)");
-  sub->add_option("--batch", a->batch, "sequences decoded together (--model, default 64)");
+  sub->add_option("--batch", a->batch,
+                  "sequences decoded together (--model; default 64, boxes 16)");
   sub->add_option("--concurrency", a->concurrency, "requests in flight (--server, default 32)");
   sub->add_option("--zero-attention-layer", a->zero_attention_layer,
                   "negative control: layer L's attention output set to zero");

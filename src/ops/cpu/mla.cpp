@@ -1,13 +1,18 @@
-// CPU MLA: plain loops over (token, head, context position), softmax in F32 with the max
-// subtracted, accumulation in F32. The FP8 (U8) latent cache format of ops/mla.h is written and
-// read with plain loops: the reference for the CUDA twin. Reads dequantize the rows first, then
-// run the same arithmetic as for an F32 cache holding the dequantized values.
+// CPU MLA: the q·k products and the weighted sums of values as BLAS sgemms (per head over a
+// block of a sequence's tokens for the expanded form, per token over its attended rows for the
+// absorbed one), softmax in F32 with the max subtracted, its sum in F64. The FP8 (U8) latent cache
+// format of ops/mla.h is written and read with plain loops: the reference for the CUDA twin. Reads
+// dequantize the rows first, then run the same arithmetic as for an F32 cache holding the
+// dequantized values.
 #include "ops/mla.h"
+
+#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "core/dtype.h"
@@ -16,6 +21,10 @@
 namespace osprey::ops::cpu {
 
 namespace {
+
+// Tokens of a sequence attended together by the expanded form: scores holds [block, context]
+// floats per head (8,192 positions: 2 MiB).
+constexpr int64_t kMlaTokenBlock = 64;
 
 // Row of position j of sequence s in a paged cache.
 int64_t cache_row(const AttentionMeta& m, int s, int64_t j) {
@@ -91,39 +100,27 @@ int seq_of(const AttentionMeta& m, int64_t t) {
   return s;
 }
 
-// softmax(scores) in place; returns nothing (scores become probabilities).
-void softmax(std::vector<float>& x) {
+// One query row's attention weights, in place: row[j] (a raw q·k for j in [0, n)) becomes
+// softmax(scale · row)[j] over the attended positions js (ascending) and exactly 0 elsewhere (F32
+// scores with the max subtracted, F32 exp, F64 sum). Returns log Σ_j e^score_j (natural log, F64
+// exp and sum).
+float softmax_attended(float* row, int64_t n, const std::vector<int64_t>& js, float scale,
+                       std::vector<float>& p) {
+  p.resize(js.size());
   float mx = -std::numeric_limits<float>::infinity();
-  for (float v : x) mx = std::max(mx, v);
-  double sum = 0.0;
-  for (float& v : x) {
+  for (size_t i = 0; i < js.size(); ++i) {
+    p[i] = row[js[i]] * scale;
+    mx = std::max(mx, p[i]);
+  }
+  double lsum = 0.0, sum = 0.0;
+  for (float& v : p) {
+    lsum += std::exp(double(v) - mx);
     v = std::exp(v - mx);
     sum += v;
   }
-  for (float& v : x) v = float(v / sum);
-}
-
-// One head over its attended rows: out[0, vd) = Σ_i softmax(scale · q·keys[i])_i · values[i][0,
-// vd). (Absorbed MLA passes the same cache rows as keys (576 wide) and values (their first 512).)
-// Returns log Σ_i e^score_i (natural log) of the head's scaled scores.
-float attend_head(float* out, const float* q, const std::vector<const float*>& keys, int64_t qk,
-                  const std::vector<const float*>& values, int64_t vd, float scale,
-                  std::vector<float>& p) {
-  p.assign(keys.size(), 0.0f);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float dot = 0.0f;
-    for (int64_t d = 0; d < qk; ++d) dot += q[d] * keys[i][d];
-    p[i] = dot * scale;
-  }
-  const float mx = *std::max_element(p.begin(), p.end());
-  double sum = 0.0;
-  for (float v : p) sum += std::exp(double(v) - mx);
-  const float lse = mx + float(std::log(sum));
-  softmax(p);
-  std::fill_n(out, vd, 0.0f);
-  for (size_t i = 0; i < keys.size(); ++i)
-    for (int64_t d = 0; d < vd; ++d) out[d] += p[i] * values[i][d];
-  return lse;
+  std::fill_n(row, n, 0.0f);
+  for (size_t i = 0; i < js.size(); ++i) row[js[i]] = float(p[i] / sum);
+  return mx + float(std::log(lsum));
 }
 
 }  // namespace
@@ -227,28 +224,38 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   const int32_t* pos = m.positions.ptr<int32_t>();
   std::vector<int64_t> js;
   std::vector<float> p;
-  std::vector<float> deq;  // FP8: [attended, width] the token's rows, dequantized
+  std::vector<float> rows;    // [attended, width] the token's cache rows (FP8: dequantized)
+  std::vector<float> scores;  // [H, attended] q·k, then the attention weights
+  std::vector<int64_t> all;   // 0 .. attended - 1
   for (int64_t t = 0; t < m.n_tokens; ++t) {
     const int s = seq_of(m, t);
     attended(js, topk_indices, t, pos[t]);
     OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
-    std::vector<const float*> rows(js.size());
-    if (fp8) deq.resize(js.size() * size_t(width));
-    for (size_t i = 0; i < js.size(); ++i) {
-      const int64_t r = cache_row(m, s, js[i]);
-      if (fp8) {
-        float* d = deq.data() + i * size_t(width);
-        fp8_dequantize_row(d, latent_cache.ptr<uint8_t>() + r * bytes, kv_lora, width - kv_lora);
-        rows[i] = d;
-      } else {
-        rows[i] = latent_cache.f32() + r * width;
-      }
+    all.resize(js.size());
+    std::iota(all.begin(), all.end(), int64_t(0));
+    // The attended rows, contiguous (FP8: dequantized): [n_att, width].
+    const int64_t n_att = int64_t(js.size());
+    rows.resize(size_t(n_att * width));
+    for (int64_t i = 0; i < n_att; ++i) {
+      const int64_t r = cache_row(m, s, js[size_t(i)]);
+      if (fp8)
+        fp8_dequantize_row(rows.data() + i * width, latent_cache.ptr<uint8_t>() + r * bytes,
+                           kv_lora, width - kv_lora);
+      else
+        std::copy_n(latent_cache.f32() + r * width, width, rows.data() + i * width);
     }
+    // scores [H, n_att] = q[t] · rows^T; softmax per head; out[t] = probs · rows[:, :kv_lora].
+    scores.resize(size_t(H * n_att));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(H), int(n_att), int(width), 1.0f,
+                q.f32() + t * H * width, int(width), rows.data(), int(width), 0.0f, scores.data(),
+                int(n_att));
     for (int64_t h = 0; h < H; ++h) {
-      const float l = attend_head(out.f32() + (t * H + h) * kv_lora, q.f32() + (t * H + h) * width,
-                                  rows, width, rows, kv_lora, scale, p);
+      const float l = softmax_attended(scores.data() + h * n_att, n_att, all, scale, p);
       if (lse.data) lse.f32()[t * H + h] = l;
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(H), int(kv_lora), int(n_att), 1.0f,
+                scores.data(), int(n_att), rows.data(), int(width), 0.0f,
+                out.f32() + t * H * kv_lora, int(kv_lora));
   }
 }
 
@@ -262,22 +269,36 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
   std::vector<int64_t> kv_start(size_t(m.n_seqs) + 1, 0);
   for (int s = 0; s < m.n_seqs; ++s) kv_start[size_t(s) + 1] = kv_start[size_t(s)] + seq_lens[s];
   OSPREY_CHECK(kv_start.back() == k.size(0), "K rows ", k.size(0), " != sum of seq_lens");
+  const int32_t* qsl = m.query_start_loc.ptr<int32_t>();
   std::vector<int64_t> js;
   std::vector<float> p;
-  std::vector<const float*> keys, values;
-  for (int64_t t = 0; t < m.n_tokens; ++t) {
-    const int s = seq_of(m, t);
-    attended(js, topk_indices, t, pos[t]);
-    OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
-    keys.resize(js.size());
-    values.resize(js.size());
-    for (int64_t h = 0; h < H; ++h) {
-      for (size_t i = 0; i < js.size(); ++i) {
-        keys[i] = k.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * qk;
-        values[i] = v.f32() + ((kv_start[size_t(s)] + js[i]) * H + h) * vd;
+  std::vector<float> scores;  // [n, P] a block of tokens' q·k for one head, then the weights
+  for (int s = 0; s < m.n_seqs; ++s) {
+    const int64_t t_begin = qsl[s];
+    const int64_t t_end = s + 1 < m.n_seqs ? std::min<int64_t>(qsl[s + 1], m.n_tokens) : m.n_tokens;
+    const float* ks = k.f32() + kv_start[size_t(s)] * H * qk;  // the sequence's rows
+    const float* vs = v.f32() + kv_start[size_t(s)] * H * vd;
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += kMlaTokenBlock) {
+      const int64_t t1 = std::min(t_end, t0 + kMlaTokenBlock), n = t1 - t0;
+      int64_t P = 0;
+      for (int64_t t = t0; t < t1; ++t) P = std::max<int64_t>(P, pos[t] + 1);
+      OSPREY_CHECK(P <= seq_lens[s], "position ", P - 1, " beyond sequence ", s, "'s K rows");
+      scores.resize(size_t(n * P));
+      for (int64_t h = 0; h < H; ++h) {
+        // scores = q[t0:t1, h] · k[0:P, h]^T; per token the softmax over what it attends (zero
+        // elsewhere); out[t0:t1, h] = scores · v[0:P, h].
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(P), int(qk), 1.0f,
+                    q.f32() + (t0 * H + h) * qk, int(H * qk), ks + h * qk, int(H * qk), 0.0f,
+                    scores.data(), int(P));
+        for (int64_t t = t0; t < t1; ++t) {
+          attended(js, topk_indices, t, pos[t]);
+          OSPREY_CHECK(!js.empty(), "token ", t, " attends to nothing");
+          softmax_attended(scores.data() + (t - t0) * P, P, js, scale, p);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(vd), int(P), 1.0f,
+                    scores.data(), int(P), vs + h * vd, int(H * vd), 0.0f,
+                    out.f32() + (t0 * H + h) * vd, int(H * vd));
       }
-      attend_head(out.f32() + (t * H + h) * vd, q.f32() + (t * H + h) * qk, keys, qk, values, vd,
-                  scale, p);
     }
   }
 }

@@ -1,0 +1,914 @@
+#!/usr/bin/env python3
+"""Trains osprey's long-context gate model (issue #19) on the GPU machine: a DeepSeek-V3.2
+(transformers' DeepseekV32ForCausalLM) with the real model's kernel-relevant dimensions, on
+tools/boxes/generate.py's box problems (prompts of 3,000-8,000 tokens whose answer needs two or
+three facts from far back in the prompt).
+
+Needs torch and transformers (5.x with deepseek_v32) and nothing else; downloads nothing.
+
+The architecture (config.json in the form osprey reads: rope_scaling + rope_theta):
+  the real V3.2's attention and routing shapes: 16 heads (the per-GPU count of TP8), MLA with
+  kv_lora 512, rope 64, nope 128, v 128; the lightning indexer with 64 heads x 128 and index_topk
+  2048; 256 routed experts, top-8 in 8 groups of which 4 are chosen, plus one shared expert;
+  small elsewhere: hidden 128, q_lora 128, expert width 32, dense width 512, 3 layers (the first
+  dense), 512-token vocabulary (models/osprey-arith's tokenizer). 18.3M parameters.
+  Weights ship as FP8 e4m3 with 128x128 power-of-two (ue8m0) block scales, V3.2's own format:
+  19.1 MB instead of 37.1 MB in bf16, because the repository travels to the GPU machine whole
+  (64 MiB at most) and already holds 32 MB. Every linear weight but the embedding, lm_head, the
+  routers and the indexer's weights_proj is FP8 (what osprey's weight_specs quantizes). With
+  ue8m0 scales the dequantised weights are exact in bf16, so `--dequantize` gives a bf16 folder
+  that is the same model, for the bf16 rows of the gate and for transformers.
+
+The prompt (eval/arith_task.h, what `osprey eval --task boxes` sends; chat format deepseek-v3.1):
+  <｜begin▁of▁sentence｜><｜User｜>{facts}\\n{question}<｜Assistant｜></think>  → "{solution}<｜end▁of▁sentence｜>"
+Training conversations carry up to --turns questions about one fact list (later turns as
+"<｜User｜>{question}<｜Assistant｜></think>{solution}<｜end▁of▁sentence｜>"), so a long prompt
+teaches several retrievals; the loss is on the solutions only. Lengths run from 4 to 415 facts
+(100 to 8,600 tokens) in 8 buckets; a step is one bucket, --tokens-per-step tokens.
+
+Training, as tools/train_arith.py (and DeepSeek's V3.2 indexer training): attention re-implemented
+with the modules' own weights (transformers' indexer returns indices only, without gradient):
+  stage 1, dense (--dense-frac of the training time): causal attention (SDPA, flash); the indexer
+    learns from KL( p_main || softmax(indexer scores) ), p_main = the main attention
+    probabilities summed over heads and renormalised, on --kl-queries query rows per sequence
+    (every solution token first, then random rows: the [rows, 64 heads, context] scores of all
+    8,000 rows would not fit);
+  stage 2, sparse: each query attends only the indexer's top-2048 positions (SDPA with the
+    selection as a mask); LM loss plus the same KL restricted to the selected positions.
+  The indexer's inputs are detached; the MoE routers' correction bias is balanced without a loss.
+  The curriculum: the first --short-frac of the dense stage on the 4 shorter buckets only.
+
+After training (--time-budget-s is the whole run's wall clock, evaluation included: training
+stops --eval-reserve-s before it): the model is FP8-quantized and written to --out (config.json,
+model.safetensors, tokenizer, train_report.json); its dequantised weights are evaluated here on
+the held-out test problems by teacher-forced exact match (greedy decoding reproduces the reference
+solution token for token exactly when every solution token is the argmax given the ones before),
+with sparse attention (top-2048), dense, and the recent-window control (the 2048 most recent
+positions; it must fail); and a few problems through transformers' own generate on the saved
+folder, to check it loads and answers. The full transformers reference (generate, float32, eager,
+on the test set, sparse and dense) is --eval-only, run by scripts/gpu_gate.sh.
+
+  python3 tools/train_boxes.py --out $OUT/osprey-boxes                 # ~7 min on one H200
+  python3 tools/train_boxes.py --smoke --out /tmp/osprey-boxes-smoke   # every path, ~1-2 min
+  python3 tools/train_boxes.py --eval-only --out models/osprey-boxes   # transformers reference
+  python3 tools/train_boxes.py --dequantize models/osprey-boxes --out /tmp/boxes-bf16
+"""
+import argparse
+import array
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the data workers are forked
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "boxes"))
+import generate as boxes  # noqa: E402  tools/boxes/generate.py
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+import transformers  # noqa: E402
+from transformers import AutoConfig, DeepseekV32ForCausalLM  # noqa: E402
+from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+USER, ASSISTANT, END_THINK = "<｜User｜>", "<｜Assistant｜>", "</think>"
+
+MAX_POSITIONS = 16384  # YaRN factor 4 over 4096 trained positions, as V3.2's form (4096 x 40)
+INDEX_TOPK = boxes.INDEX_TOPK
+# Training buckets of fact counts [lo, hi]: a step draws one, so its sequences are of like length.
+BUCKETS = [(4, 19), (20, 39), (40, 79), (80, 129), (130, 189), (190, 259), (260, 334), (335, 415)]
+SHORT_BUCKETS = 4  # the curriculum's first part uses BUCKETS[:SHORT_BUCKETS] (up to ~2,600 tokens)
+PAD_MULTIPLE = 64  # batch lengths rounded up: SDPA's masked kernel wants aligned rows
+# FP8 block quantization (DeepSeek's format, what osprey's weight_specs marks fp8).
+E4M3_MAX = 448.0
+FP8_BLOCK = 128
+KEEP_HIGH_PRECISION = ("embed_tokens", "lm_head", "indexer.weights_proj", "mlp.gate.weight")
+
+
+def model_config(vocab, index_topk=INDEX_TOPK):
+    return {
+        "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+        "attention_bias": False, "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu",
+        "hidden_size": 128, "intermediate_size": 512, "moe_intermediate_size": 32,
+        "num_hidden_layers": 3, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "num_attention_heads": 16, "num_key_value_heads": 16,
+        "q_lora_rank": 128, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "n_group": 8, "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+        "index_n_heads": 64, "index_head_dim": 128, "index_topk": index_topk,
+        "max_position_embeddings": MAX_POSITIONS, "num_nextn_predict_layers": 0,
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": MAX_POSITIONS / 4096,
+                         "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        "tie_word_embeddings": False, "vocab_size": vocab,
+    }
+
+
+QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                "weight_block_size": [FP8_BLOCK, FP8_BLOCK], "scale_fmt": "ue8m0"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens
+
+DIGIT_RUN = re.compile(r"([0-9])")
+
+
+class Encoder:
+    """Token ids of the box texts. The tokenizer's pre-tokenizer isolates every digit before its
+    byte-level split, so a text's ids are the ids of its digit-free pieces and of its digits, in
+    order: the pieces repeat (" items.\\nBox ", " holds "), so they are encoded once and cached.
+    check_fast() compares this with the tokenizer on whole prompts."""
+
+    def __init__(self, path):
+        self.tok = Tokenizer.from_file(path)
+        ids = {s: self.tok.token_to_id(s) for s in (BOS, EOS, USER, ASSISTANT, END_THINK)}
+        for s, i in ids.items():
+            assert i is not None, f"tokenizer {path} lacks {s}"
+        self.bos, self.eos, self.user = ids[BOS], ids[EOS], ids[USER]
+        self.assistant, self.end_think = ids[ASSISTANT], ids[END_THINK]
+        self.digit = [self.tok.token_to_id(str(d)) for d in range(10)]
+        assert None not in self.digit, "tokenizer lacks single-digit tokens"
+        self.cache = {}
+
+    def text(self, s):
+        out = []
+        for part in DIGIT_RUN.split(s):
+            if not part:
+                continue
+            if len(part) == 1 and "0" <= part <= "9":
+                out.append(self.digit[ord(part) - 48])
+                continue
+            ids = self.cache.get(part)
+            if ids is None:
+                ids = self.tok.encode(part, add_special_tokens=False).ids
+                if len(self.cache) < 50_000:
+                    self.cache[part] = ids
+            out.extend(ids)
+        return out
+
+    def prompt(self, user_text):
+        return [self.bos, self.user] + self.text(user_text) + [self.assistant, self.end_think]
+
+    def completion(self, solution):
+        return self.text(solution) + [self.eos]
+
+    def decode(self, ids):
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def check_fast(self, texts):
+        for t in texts:
+            want = self.tok.encode(t, add_special_tokens=False).ids
+            got = self.text(t)
+            assert got == want, f"fast encoding differs from the tokenizer on {t[:80]!r}"
+
+
+def conversation(enc, facts, qa):
+    """(ids, [(start, end)] of the trained solution tokens) of one training conversation."""
+    ids, spans = [], []
+    for t, (question, solution) in enumerate(qa):
+        if t == 0:
+            ids += enc.prompt(facts + "\n" + question)
+        else:
+            ids += [enc.user] + enc.text(question) + [enc.assistant, enc.end_think]
+        c = enc.completion(solution)
+        spans.append((len(ids), len(ids) + len(c)))
+        ids += c
+    return ids, spans
+
+
+_ENC = None  # the forked data workers' encoder
+
+
+def _make_conversation(job):
+    seed, lo, hi, turns = job
+    facts, qa = boxes.training_problem(seed, (lo, hi), turns, rng=boxes.PyRandom(seed))
+    if not qa:
+        return None
+    ids, spans = conversation(_ENC, facts, qa)
+    return array.array("H", ids).tobytes(), spans
+
+
+def make_pool(enc, n_per_bucket, turns, workers, seed_base):
+    """Training conversations per bucket, made by forked workers (before CUDA starts)."""
+    global _ENC
+    _ENC = enc
+    jobs, owner = [], []
+    seed = seed_base
+    for b, (lo, hi) in enumerate(BUCKETS):
+        for _ in range(n_per_bucket[b]):
+            jobs.append((seed, lo, hi, turns))
+            owner.append(b)
+            seed += 1
+    assert seed < boxes.TRAIN_SEED_LIMIT
+    pool = [[] for _ in BUCKETS]
+    ctx = mp.get_context("fork")
+    with ctx.Pool(workers) as p:
+        for b, r in zip(owner, p.imap(_make_conversation, jobs, chunksize=64)):
+            if r is not None:
+                pool[b].append(r)
+    return pool
+
+
+def make_batch(examples, device):
+    """Right-padded (pad = eos) ids, labels (-100 outside the solutions), valid mask, and the
+    KL query rows are chosen later from `labels`."""
+    L = max(len(ids) // 2 for ids, _ in examples)
+    L = (L + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE
+    ids_t = torch.full((len(examples), L), 1, dtype=torch.long)
+    labels = torch.full((len(examples), L), -100, dtype=torch.long)
+    valid = torch.zeros((len(examples), L), dtype=torch.bool)
+    for i, (raw, spans) in enumerate(examples):
+        a = array.array("H")
+        a.frombytes(raw)
+        t = torch.tensor(a.tolist(), dtype=torch.long)
+        ids_t[i, :len(t)] = t
+        valid[i, :len(t)] = True
+        for s, e in spans:
+            labels[i, s:e] = t[s:e]
+    return ids_t.to(device), labels.to(device), valid.to(device)
+
+
+def kl_rows(labels, valid, n_rows, gen):
+    """[B, n_rows] query positions for the indexer KL and [B, n_rows] weights: every solution
+    token (the rows whose attention must find the facts) up to half the rows, the rest random
+    valid positions. HF labels are the tokens themselves at the solution positions; the query
+    that predicts token s sits at s - 1."""
+    B, L = labels.shape
+    rows = torch.zeros(B, n_rows, dtype=torch.long)
+    weight = torch.zeros(B, n_rows)
+    lab, val = labels.cpu(), valid.cpu()
+    for b in range(B):
+        sol = (torch.nonzero(lab[b] != -100).flatten() - 1).clamp_min(0)
+        if len(sol) > n_rows // 2:
+            sol = sol[torch.randperm(len(sol), generator=gen)[:n_rows // 2]]
+        n_valid = int(val[b].sum())
+        rest = torch.randint(0, n_valid, (n_rows - len(sol),), generator=gen)
+        r = torch.cat([sol, rest])
+        rows[b, :len(r)] = r
+        weight[b, :len(r)] = 1.0
+    return rows.to(labels.device), weight.to(labels.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention for training and the fast evaluation: transformers' MLA math with SDPA, the indexer's
+# top-k as a mask, and the indexer KL
+
+class TrainState:
+    active = False   # the patched forward runs only while True (else transformers' own)
+    mode = "dense"   # dense | sparse | recent
+    rows = None      # [B, Q] KL query rows (None: no KL)
+    row_weight = None
+    kl = []          # one scalar per layer
+    flash = True     # flash SDPA for the causal case (probed at start)
+    masked = "sdpa"  # sdpa | chunked: how a selection mask is applied (probed at start)
+
+
+def indexer_keys(ix, x, cos, sin):
+    """[B, T, 128] the indexer's keys (its rope non-interleaved, as DeepseekV32Indexer)."""
+    k = ix.k_norm(ix.wk(x)).unsqueeze(2)
+    k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+    k_rot = mdl.apply_rotary_pos_emb(k_rot, k_rot, cos, sin, unsqueeze_dim=2)[1]
+    return torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+
+
+def indexer_queries(ix, x, q_resid, cos, sin):
+    """([B, S, 64, 128] queries, [B, S, 64] head weights · n_heads^-0.5) for the rows given."""
+    B, S, _ = x.shape
+    q = ix.wq_b(q_resid).view(B, S, ix.n_heads, ix.head_dim)
+    q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+    q_rot = mdl.apply_rotary_pos_emb(q_rot, q_rot, cos, sin, unsqueeze_dim=2)[0]
+    w = ix.weights_proj(x.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
+    return torch.cat([q_rot, q_pass], dim=-1), w
+
+
+def index_scores(ix, q, w, k):
+    """[B, C, T] Σ_h w[c,h]·relu(scale·q[c,h]·k[t]) for query rows q [B, C, 64, 128]."""
+    sc = torch.matmul(q, k.transpose(1, 2).unsqueeze(1).to(q.dtype))  # [B, C, 64, T]
+    sc = F.relu(sc * ix.softmax_scale)
+    return torch.matmul(w.to(sc.dtype).unsqueeze(-2), sc).squeeze(-2).float()
+
+
+@torch.no_grad()
+def topk_selection(ix, x, q_resid, cos, sin, topk):
+    """[B, S, S] bool: query s attends position t (t ≤ s, and among its top-k index scores)."""
+    B, S, _ = x.shape
+    dev = x.device
+    causal = torch.ones(S, S, dtype=torch.bool, device=dev).tril()
+    sel = causal.unsqueeze(0).repeat(B, 1, 1)
+    k = indexer_keys(ix, x, cos, sin)
+    chunk = max(16, (1 << 29) // (B * ix.n_heads * S))
+    for s0 in range(topk, S, chunk):  # rows below topk attend every causal position
+        s1 = min(S, s0 + chunk)
+        q, w = indexer_queries(ix, x[:, s0:s1], q_resid[:, s0:s1], cos[:, s0:s1], sin[:, s0:s1])
+        sc = index_scores(ix, q.to(torch.bfloat16), w, k).masked_fill(~causal[s0:s1], float("-inf"))
+        top = sc.topk(topk, dim=-1).indices
+        sel[:, s0:s1] = torch.zeros_like(sel[:, s0:s1]).scatter_(-1, top, True)
+    return sel
+
+
+def recent_selection(B, S, topk, dev):
+    """[B, S, S] bool: positions s - topk + 1 .. s (osprey's --indexer-recent control)."""
+    i = torch.arange(S, device=dev)
+    m = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - topk)
+    return m.unsqueeze(0).expand(B, S, S)
+
+
+def _masked_chunk(q, k, v, m, scale):
+    lg = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    lg = lg.masked_fill(~m.unsqueeze(1), float("-inf"))
+    return torch.matmul(torch.softmax(lg, dim=-1).to(v.dtype), v)
+
+
+def main_attention(q, k, v, sel, scale):
+    """[B, H, S, 128]: q, k [B, H, S, 192], v [B, H, S, 128] bf16; sel None (causal) or [B, S, S]."""
+    if sel is None:
+        if TrainState.flash:
+            vp = F.pad(v, (0, q.shape[-1] - v.shape[-1]))  # flash wants one head width
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, vp, is_causal=True, scale=scale)[..., :v.shape[-1]]
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    if TrainState.masked == "sdpa":
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=sel.unsqueeze(1), scale=scale)
+    S, chunk, outs = q.shape[2], 512, []
+    for s0 in range(0, S, chunk):
+        s1 = min(S, s0 + chunk)
+        args = (q[:, :, s0:s1], k, v, sel[:, s0:s1], scale)
+        outs.append(checkpoint(_masked_chunk, *args, use_reentrant=False) if torch.is_grad_enabled()
+                    else _masked_chunk(*args))
+    return torch.cat(outs, dim=2)
+
+
+def indexer_kl(ix, x, q_resid, cos, sin, query, key, sel, scale, rows, row_weight):
+    """KL(p_main ‖ p_indexer) on the query rows [B, Q], over the positions each row attends."""
+    B, H, S, D = query.shape
+    Q = rows.shape[1]
+    pos = torch.arange(S, device=x.device)
+    allowed = pos[None, None, :] <= rows[:, :, None]  # [B, Q, S]
+    if sel is not None:
+        allowed = allowed & torch.gather(sel, 1, rows[:, :, None].expand(B, Q, S))
+    with torch.no_grad():
+        qr = torch.gather(query, 2, rows[:, None, :, None].expand(B, H, Q, D))
+        lg = torch.matmul(qr, key.transpose(2, 3)).float() * scale
+        p = torch.softmax(lg.masked_fill(~allowed[:, None], float("-inf")), dim=-1).sum(1)
+        target = p / p.sum(-1, keepdim=True)
+    g = lambda t: torch.gather(t, 1, rows[:, :, None].expand(B, Q, t.shape[-1]))  # noqa: E731
+    q, w = indexer_queries(ix, g(x), g(q_resid), g(cos), g(sin))
+    k = indexer_keys(ix, x, cos, sin)
+    idx = index_scores(ix, q, w, k).masked_fill(~allowed, float("-inf"))
+    logp = torch.log_softmax(idx, dim=-1).masked_fill(~allowed, 0.0)
+    kl = (target * (torch.log(target.clamp_min(1e-12)) - logp)).masked_fill(~allowed, 0.0).sum(-1)
+    return (kl * row_weight).sum() / row_weight.sum().clamp_min(1.0)
+
+
+_original_forward = mdl.DeepseekV32Attention.forward
+
+
+def training_attention_forward(self, hidden_states, position_embeddings, attention_mask,
+                               past_key_values=None, position_ids=None, **kwargs):
+    if not TrainState.active:
+        return _original_forward(self, hidden_states, position_embeddings, attention_mask,
+                                 past_key_values=past_key_values, position_ids=position_ids, **kwargs)
+    B, S = hidden_states.shape[:-1]
+    q_resid = self.q_a_layernorm(self.q_a_proj(hidden_states))
+    q_states = self.q_b_proj(q_resid).view(B, S, -1, self.qk_head_dim).transpose(1, 2)
+    q_pass, q_rot = torch.split(q_states, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+    compressed_kv = self.kv_a_proj_with_mqa(hidden_states)
+    kv_pass, k_rot = torch.split(compressed_kv, [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
+    k_pass = self.kv_a_layernorm(kv_pass).view(B, 1, S, self.kv_lora_rank)
+    k_rot = k_rot.view(B, 1, S, self.qk_rope_head_dim)
+    cos, sin = position_embeddings
+    q_rot, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
+    query = torch.cat((q_pass, q_rot), dim=-1).to(torch.bfloat16)  # [B, H, S, 192]
+    key, value = self.expand_kv(k_pass, k_rot)
+    key, value = key.to(torch.bfloat16), value.to(torch.bfloat16)  # [B, H, S, 192], [B, H, S, 128]
+    cos, sin = cos.expand(B, -1, -1), sin.expand(B, -1, -1)  # [B, S, rope]
+
+    ix, topk = self.indexer, self.indexer.index_topk
+    x_d, q_d = hidden_states.detach(), q_resid.detach()  # the indexer learns from the KL alone
+    sel = None
+    if TrainState.mode == "sparse" and S > topk:
+        sel = topk_selection(ix, x_d, q_d, cos, sin, topk)
+    elif TrainState.mode == "recent" and S > topk:
+        sel = recent_selection(B, S, topk, hidden_states.device)
+    out = main_attention(query, key, value, sel, self.scaling)
+    out = out.transpose(1, 2).reshape(B, S, -1)
+    if TrainState.rows is not None:
+        TrainState.kl.append(indexer_kl(ix, x_d, q_d, cos, sin, query.detach(), key.detach(), sel,
+                                        self.scaling, TrainState.rows, TrainState.row_weight))
+    return self.o_proj(out), None
+
+
+mdl.DeepseekV32Attention.forward = training_attention_forward
+
+
+def probe_attention(device):
+    """Chooses the SDPA kernels this torch has for these head widths (192 q/k, 128 v), forward
+    and backward: flash for causal (v padded to 192), the memory-efficient kernel for a mask;
+    falls back to efficient causal and to chunked masked attention."""
+    def run(fn):
+        try:
+            q = torch.randn(2, 16, 128, 192, device=device, dtype=torch.bfloat16, requires_grad=True)
+            k = torch.randn(2, 16, 128, 192, device=device, dtype=torch.bfloat16, requires_grad=True)
+            v = torch.randn(2, 16, 128, 128, device=device, dtype=torch.bfloat16, requires_grad=True)
+            out = fn(q, k, v)
+            out.float().sum().backward()
+            return out.detach().float()
+        except RuntimeError as e:
+            print(f"attention probe: {str(e).splitlines()[0]}", flush=True)
+            return None
+
+    torch.manual_seed(0)
+    sel = torch.ones(128, 128, dtype=torch.bool, device=device).tril().expand(2, 128, 128)
+    TrainState.masked = "chunked"
+    ref = run(lambda q, k, v: main_attention(q, k, v, sel, 0.1))
+    TrainState.flash = True
+    torch.manual_seed(0)
+    got = run(lambda q, k, v: main_attention(q, k, v, None, 0.1))
+    if got is None or (got - ref).abs().max().item() > 0.05:
+        TrainState.flash = False
+    TrainState.masked = "sdpa"
+    torch.manual_seed(0)
+    got = run(lambda q, k, v: main_attention(q, k, v, sel, 0.1))
+    if got is None or (got - ref).abs().max().item() > 0.05:
+        TrainState.masked = "chunked"
+    print(f"attention: causal {'flash' if TrainState.flash else 'efficient'} SDPA, masked "
+          f"{TrainState.masked}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 quantization (DeepSeek's block format), dequantization
+
+def fp8_names(state):
+    return [n for n, t in state.items() if n.endswith(".weight") and t.dim() == 2
+            and not any(k in n for k in KEEP_HIGH_PRECISION)]
+
+
+def quantize_state(state):
+    """{name: tensor} with every FP8 weight as e4m3 bytes plus `name_scale_inv` [ceil(out/128),
+    ceil(in/128)] fp32 power-of-two block scales (scale = 2^ceil(log2(max(amax, 1e-4) / 448)), as
+    osprey's writer); the rest bf16 (the routers' correction bias fp32)."""
+    out = {}
+    quant = set(fp8_names(state))
+    for name, t in state.items():
+        if name not in quant:
+            out[name] = t.float().contiguous() if "e_score_correction_bias" in name else \
+                t.to(torch.bfloat16).contiguous()
+            continue
+        w = t.float()
+        rows, cols = w.shape
+        rb, cb = -(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)
+        wp = F.pad(w, (0, cb * FP8_BLOCK - cols, 0, rb * FP8_BLOCK - rows))
+        amax = wp.view(rb, FP8_BLOCK, cb, FP8_BLOCK).abs().amax(dim=(1, 3))
+        scale = torch.exp2(torch.ceil(torch.log2(amax.clamp_min(1e-4) / E4M3_MAX)))
+        big = scale.repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)[:rows, :cols]
+        out[name] = (w / big).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
+        out[name + "_scale_inv"] = scale.float().contiguous()
+    return out
+
+
+def dequantize_state(state):
+    out = {}
+    for name, t in state.items():
+        if name.endswith("_scale_inv"):
+            continue
+        s = state.get(name + "_scale_inv")
+        if s is None:
+            out[name] = t
+            continue
+        rows, cols = t.shape
+        big = s.float().repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)[:rows, :cols]
+        out[name] = (t.float() * big).to(torch.bfloat16).contiguous()  # exact: ue8m0 scales
+    return out
+
+
+def dequantize_folder(src, dst):
+    """A bf16 copy of an FP8 model folder (no quantization_config): the same model in bf16."""
+    os.makedirs(dst, exist_ok=True)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    cfg.pop("quantization_config", None)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    state = {}
+    for name in sorted(os.listdir(src)):
+        if name.endswith(".safetensors"):
+            state.update(load_file(os.path.join(src, name)))
+    save_file(dequantize_state(state), os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+def wilson(k, n, z=1.959963984540054):
+    if n == 0:
+        return 0.0, 1.0
+    p, d = k / n, 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def summary(correct, n, failed):
+    lo, hi = wilson(correct, n)
+    return {"n": n, "correct": correct, "accuracy": correct / n if n else 0.0, "ci95": [lo, hi],
+            "failed_ids": failed}
+
+
+@torch.no_grad()
+def teacher_forced(model, enc, problems, mode, tokens_per_batch):
+    """Exact match under teacher forcing with the patched attention (bf16): problem right iff the
+    argmax at every solution position is the reference token (= greedy reproduces it)."""
+    TrainState.active, TrainState.mode, TrainState.rows = True, mode, None
+    ex = [(enc.prompt(p["question"]), enc.completion(p["solution"]), p["id"]) for p in problems]
+    ex.sort(key=lambda e: len(e[0]) + len(e[1]))
+    correct, failed, i = 0, [], 0
+    while i < len(ex):
+        part = [ex[i]]  # ascending lengths: the last one added is the longest
+        i += 1
+        while i < len(ex) and (len(part) + 1) * (len(ex[i][0]) + len(ex[i][1]) + PAD_MULTIPLE) <= tokens_per_batch:
+            part.append(ex[i])
+            i += 1
+        Lp = max(len(a) + len(b) for a, b, _ in part)
+        Lp = (Lp + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE
+        ids = torch.full((len(part), Lp), enc.eos, dtype=torch.long)
+        for r, (a, b, _) in enumerate(part):
+            ids[r, :len(a) + len(b)] = torch.tensor(a + b)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=ids.cuda(), use_cache=False).logits
+        pred = logits.argmax(-1).cpu()
+        for r, (a, b, pid) in enumerate(part):
+            ok = pred[r, len(a) - 1:len(a) + len(b) - 1].tolist() == b
+            correct += ok
+            if not ok:
+                failed.append(pid)
+    TrainState.active = False
+    return summary(correct, len(ex), failed)
+
+
+def set_index_topk(model, k):
+    for layer in model.model.layers:
+        layer.self_attn.indexer.index_topk = k
+
+
+NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+
+
+def flexible_extract(text):
+    m = NUMBER.findall(text)
+    return (m[-1][0] or m[-1][1]) if m else "[invalid]"
+
+
+def normalize(s):
+    s = s.replace(",", "").replace("$", "")
+    s = re.sub(r"(?s).*#### ", "", s)
+    return re.sub(r"\.$", "", s).lower()
+
+
+@torch.no_grad()
+def hf_generate(model, enc, problems, max_new_tokens, failures_path):
+    """transformers' own generate, greedy, one problem at a time (the indexer's [S, 64, T] fp32
+    scores of an 8,000-token prompt take ~33 GB), the final number extracted as GSM8K's
+    flexible-extract, as `osprey eval` scores."""
+    correct, failed, t0 = 0, [], time.time()
+    with open(failures_path, "w", encoding="utf-8") as f:
+        for k, p in enumerate(problems):
+            ids = torch.tensor([enc.prompt(p["question"])], device="cuda")
+            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=max_new_tokens, eos_token_id=enc.eos,
+                                 pad_token_id=enc.eos)[0, ids.shape[1]:].tolist()
+            if enc.eos in gen:
+                gen = gen[:gen.index(enc.eos)]
+            out = enc.decode(gen)
+            got = flexible_extract(out)
+            if normalize(got) == normalize(str(p["answer"])):
+                correct += 1
+            else:
+                failed.append(p["id"])
+                f.write(json.dumps({"id": p["id"], "expected": p["answer"], "extracted": got,
+                                    "output": out}, ensure_ascii=False) + "\n")
+            if (k + 1) % 20 == 0:
+                print(f"  {k + 1}/{len(problems)} problems, {correct} right, {time.time() - t0:.0f} s",
+                      flush=True)
+    r = summary(correct, len(problems), failed)
+    r["failures"] = failures_path
+    return r
+
+
+def load_reference(folder):
+    """The folder under transformers' own code (float32, eager): FP8 folders dequantised first."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    tmp = None
+    if "quantization_config" in cfg:
+        tmp = tempfile.mkdtemp(prefix="boxes-bf16-")
+        dequantize_folder(folder, tmp)
+        folder = tmp
+    model = DeepseekV32ForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                   attn_implementation="eager").cuda().eval()
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model, cfg["index_topk"]
+
+
+def eval_only(args, enc):
+    test = boxes.problems("test", args.eval_n)
+    model, topk = load_reference(args.out)
+    results = {}
+    for mode in args.modes.split(","):
+        if mode not in ("sparse", "dense"):
+            sys.exit(f"--modes: {mode} is not sparse or dense")
+        set_index_topk(model, topk if mode == "sparse" else 1 << 30)
+        t0 = time.time()
+        r = hf_generate(model, enc, test, args.max_new_tokens,
+                        os.path.join(args.out, f"hf_failures{'' if mode == 'sparse' else '_dense'}.jsonl"))
+        r["seconds"] = round(time.time() - t0, 1)
+        results[mode] = r
+        print(f"transformers generate ({mode}): accuracy {r['accuracy']:.4f} ({r['correct']}/{r['n']}), "
+              f"95% CI [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}]; failed {r['failed_ids']}; "
+              f"{r['seconds']:.0f} s", flush=True)
+    path = os.path.join(args.out, "train_report.json")
+    report = json.load(open(path)) if os.path.exists(path) else {}
+    report.setdefault("reference", {}).update(results)
+    report["reference_command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="model folder (default models/osprey-boxes; "
+                    "/tmp/osprey-boxes-smoke with --smoke)")
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "osprey-arith"),
+                    help="folder with tokenizer.json (the arithmetic model's, digits one per token)")
+    ap.add_argument("--time-budget-s", type=float, default=420.0,
+                    help="wall clock of the whole run, evaluation included")
+    ap.add_argument("--eval-reserve-s", type=float, default=100.0,
+                    help="seconds kept from the budget for saving and evaluation")
+    ap.add_argument("--dense-frac", type=float, default=0.5, help="share of training time dense")
+    ap.add_argument("--short-frac", type=float, default=0.4,
+                    help="share of the dense stage on the short buckets only (curriculum)")
+    ap.add_argument("--tokens-per-step", type=int, default=65536)
+    ap.add_argument("--turns", type=int, default=6, help="questions per training conversation")
+    ap.add_argument("--pool-tokens", type=float, default=48e6, help="training tokens prepared")
+    ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
+    ap.add_argument("--kl-queries", type=int, default=128, help="indexer-KL rows per sequence")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--indexer-lr", type=float, default=2e-3)
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--bias-update", type=float, default=1e-3, help="γ of the router bias balancing")
+    ap.add_argument("--eval-n", type=int, default=200, help="held-out test problems evaluated")
+    ap.add_argument("--eval-short-n", type=int, default=50, help="held-out short problems evaluated")
+    ap.add_argument("--hf-check", type=int, default=6,
+                    help="test problems through transformers' generate after training")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="every path on little data, ~1-2 minutes")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="no training: transformers' generate on --eval-n test problems of --out, "
+                         "sparse and dense (the gate's reference row)")
+    ap.add_argument("--modes", default="sparse,dense",
+                    help="--eval-only: sparse (index_topk 2048), dense (index_topk 2^30), or both")
+    ap.add_argument("--dequantize", metavar="FP8_FOLDER",
+                    help="write FP8_FOLDER's weights dequantised to bf16 into --out, then stop")
+    args = ap.parse_args()
+    if args.smoke:
+        args.time_budget_s, args.eval_reserve_s = min(args.time_budget_s, 100.0), 60.0
+        args.pool_tokens, args.eval_n, args.eval_short_n, args.hf_check = 2e6, 8, 4, 1
+        args.warmup_steps, args.tokens_per_step = 5, min(args.tokens_per_step, 32768)
+    if args.out is None:
+        args.out = "/tmp/osprey-boxes-smoke" if args.smoke else os.path.join(ROOT, "models", "osprey-boxes")
+    if args.dequantize:
+        dequantize_folder(args.dequantize, args.out)
+        print(f"wrote {args.out}: {args.dequantize} dequantised to bf16")
+        return
+    t_start = time.time()
+    deadline = t_start + args.time_budget_s - args.eval_reserve_s
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    enc = Encoder(os.path.join(args.tokenizer, "tokenizer.json"))
+    vocab = enc.tok.get_vocab_size(with_added_tokens=True)
+    sample = boxes.problems("test", 3) + boxes.problems("dev", 2, length="short")
+    enc.check_fast([p["question"] for p in sample] + [p["solution"] for p in sample])
+    if args.eval_only:
+        eval_only(args, enc)
+        return
+
+    # Data first (forked workers; CUDA is not started yet).
+    t0 = time.time()
+    mean_facts = [(lo + hi) / 2 for lo, hi in BUCKETS]
+    share = args.pool_tokens / len(BUCKETS)
+    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * args.turns)))
+                    for mean in mean_facts]
+    pool = make_pool(enc, n_per_bucket, args.turns, args.workers, args.seed * 50_000_000)
+    max_len = [max(len(r[0]) // 2 for r in bucket) for bucket in pool]
+    n_tok = sum(len(r[0]) // 2 for bucket in pool for r in bucket)
+    print(f"{sum(map(len, pool))} training conversations, {n_tok / 1e6:.1f}M tokens, in "
+          f"{time.time() - t0:.1f} s; per bucket {[len(b) for b in pool]}, longest "
+          f"{max_len}", flush=True)
+    assert max(max_len) < MAX_POSITIONS
+
+    os.makedirs(args.out, exist_ok=True)
+    cfg_dict = model_config(vocab)
+    work = tempfile.mkdtemp(prefix="boxes-train-")
+    with open(os.path.join(work, "config.json"), "w") as f:
+        json.dump(cfg_dict, f, indent=2, sort_keys=True)
+    config = AutoConfig.from_pretrained(work)
+    config._attn_implementation = "sdpa"
+    model = DeepseekV32ForCausalLM(config).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name()}: {n_params / 1e6:.2f}M parameters", flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    probe_attention("cuda")
+
+    indexer_params = [p for n, p in model.named_parameters() if ".indexer." in n]
+    main_params = [p for n, p in model.named_parameters() if ".indexer." not in n]
+    opt = torch.optim.AdamW([
+        {"params": [p for p in main_params if p.dim() >= 2], "weight_decay": 0.1, "base_lr": args.lr},
+        {"params": [p for p in main_params if p.dim() < 2], "weight_decay": 0.0, "base_lr": args.lr},
+        {"params": indexer_params, "weight_decay": 0.0, "base_lr": args.indexer_lr},
+    ], lr=args.lr, betas=(0.9, 0.95), fused=True)
+    routers = [m for m in model.modules() if isinstance(m, mdl.DeepseekV32TopkRouter)]
+    loads = {}
+
+    def count_load(module, _inp, out):
+        loads[module] = torch.bincount(out[2].flatten(), minlength=module.num_experts)
+
+    for r in routers:
+        r.register_forward_hook(count_load)
+
+    gen = torch.Generator().manual_seed(args.seed)
+    rng = random.Random(args.seed + 1)
+    cursors = [0] * len(BUCKETS)
+    for b in pool:
+        rng.shuffle(b)
+    budget = max(1.0, deadline - time.time())
+    t_train = time.time()
+    model.train()
+    TrainState.active = True
+    history, step, stage_switch, seen = [], 0, None, [0] * len(BUCKETS)
+    # --smoke: the first steps cover every path (short dense, long dense, long sparse).
+    forced = [(False, 0), (False, len(BUCKETS) - 1), (True, len(BUCKETS) - 1), (True, 4)] \
+        if args.smoke else []
+    while True:
+        frac = (time.time() - t_train) / budget
+        if frac >= 1.0 and step >= len(forced):
+            break
+        sparse = frac >= args.dense_frac
+        if sparse:
+            allowed = list(range(SHORT_BUCKETS - 1, len(BUCKETS)))
+        elif frac < args.dense_frac * args.short_frac:
+            allowed = list(range(SHORT_BUCKETS))
+        else:
+            allowed = list(range(len(BUCKETS)))
+        b = rng.choice(allowed)
+        if step < len(forced):
+            sparse, b = forced[step]
+        TrainState.mode = "sparse" if sparse else "dense"
+        if sparse and stage_switch is None:
+            stage_switch = step
+            print(f"step {step}: sparse attention on (index_topk {INDEX_TOPK})", flush=True)
+        n = max(1, args.tokens_per_step // (max_len[b] + PAD_MULTIPLE))
+        if cursors[b] + n > len(pool[b]):
+            rng.shuffle(pool[b])
+            cursors[b] = 0
+        batch = pool[b][cursors[b]:cursors[b] + n]
+        cursors[b] += n
+        seen[b] += len(batch)
+        scale = min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = g["base_lr"] * scale
+        ids, labels, valid = make_batch(batch, "cuda")
+        TrainState.rows, TrainState.row_weight = kl_rows(labels, valid, args.kl_queries, gen)
+        TrainState.kl = []
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=ids, labels=labels, use_cache=False)
+        kl = torch.stack(TrainState.kl).mean()
+        loss = out.loss + kl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(main_params, 1.0)
+        torch.nn.utils.clip_grad_norm_(indexer_params, 1.0)
+        opt.step()
+        with torch.no_grad():  # auxiliary-loss-free balancing (DeepSeek-V3)
+            for r in routers:
+                load = loads[r].float()
+                r.e_score_correction_bias += args.bias_update * torch.sign(load.mean() - load)
+        if step % 25 == 0 or step < len(forced):
+            rec = {"step": step, "seconds": round(time.time() - t_train, 1),
+                   "stage": TrainState.mode, "bucket": b, "batch": len(batch),
+                   "length": int(ids.shape[1]), "lm_loss": round(out.loss.item(), 5),
+                   "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4),
+                   "max_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
+            history.append(rec)
+            print(json.dumps(rec), flush=True)
+        step += 1
+    TrainState.active, TrainState.rows = False, None
+    train_seconds = time.time() - t_train
+    final = history[-1] if history else {}
+    print(f"trained {step} steps in {train_seconds:.0f} s; conversations per bucket {seen}", flush=True)
+
+    # The shipped folder: FP8 weights with the published per-expert names (transformers'
+    # save_pretrained gives the names; the tensors are then quantized here).
+    t_save = time.time()
+    del opt
+    model.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        state = {}
+        for name in sorted(os.listdir(tmp)):
+            if name.endswith(".safetensors"):
+                state.update(load_file(os.path.join(tmp, name)))
+    fp8 = quantize_state(state)
+    save_file(fp8, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    shipped_cfg = dict(cfg_dict, quantization_config=QUANT_CONFIG)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(shipped_cfg, f, indent=2, sort_keys=True)
+    if os.path.abspath(args.tokenizer) != os.path.abspath(args.out):
+        shutil.copy(os.path.join(args.tokenizer, "tokenizer.json"), os.path.join(args.out, "tokenizer.json"))
+        tcfg = json.load(open(os.path.join(args.tokenizer, "tokenizer_config.json")))
+        tcfg["model_max_length"] = MAX_POSITIONS
+        with open(os.path.join(args.out, "tokenizer_config.json"), "w") as f:
+            json.dump(tcfg, f, indent=1, ensure_ascii=False)
+    size_mb = os.path.getsize(os.path.join(args.out, "model.safetensors")) / 1e6
+    n_fp8 = len(fp8_names(state))
+    print(f"wrote {args.out}/model.safetensors ({size_mb:.1f} MB, {n_fp8} FP8 weights) in "
+          f"{time.time() - t_save:.0f} s", flush=True)
+
+    # Evaluation of what ships: the folder loaded back by transformers (FP8 dequantised: exact in
+    # bf16), float32; the teacher-forced runs through the patched attention.
+    t_eval = time.time()
+    del model, state, fp8
+    torch.cuda.empty_cache()
+    model, _ = load_reference(args.out)
+    test = boxes.problems("test", args.eval_n)
+    short = boxes.problems("test", args.eval_short_n, length="short")
+    tpb = args.tokens_per_step
+    evals = {}
+    for mode in ("sparse", "dense", "recent"):
+        evals[mode] = teacher_forced(model, enc, test, mode, tpb)
+        print(f"teacher-forced exact match, test ({mode}): {evals[mode]['accuracy']:.4f} "
+              f"({evals[mode]['correct']}/{evals[mode]['n']}), 95% CI "
+              f"[{evals[mode]['ci95'][0]:.4f}, {evals[mode]['ci95'][1]:.4f}]", flush=True)
+    for mode in ("sparse", "recent"):
+        evals[f"short_{mode}"] = teacher_forced(model, enc, short, mode, tpb)
+        print(f"teacher-forced exact match, short ({mode}): "
+              f"{evals[f'short_{mode}']['correct']}/{evals[f'short_{mode}']['n']}", flush=True)
+    hf = None
+    if args.hf_check:  # transformers' own forward (eager) and generate on the same folder
+        hf = hf_generate(model, enc, test[:args.hf_check], args.max_new_tokens,
+                         os.path.join(args.out, "hf_check_failures.jsonl"))
+        print(f"transformers generate on the saved folder (sparse): {hf['correct']}/{hf['n']}", flush=True)
+    del model
+    report = {
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "transformers": transformers.__version__, "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(), "parameters": n_params, "config": shipped_cfg,
+        "model_mb": round(size_mb, 2), "fp8_weights": n_fp8, "attention": {"causal_flash": TrainState.flash,
+                                                     "masked": TrainState.masked},
+        "buckets": BUCKETS, "pool_conversations": [len(b) for b in pool], "seen": seen,
+        "turns": args.turns, "tokens_per_step": args.tokens_per_step, "kl_queries": args.kl_queries,
+        "steps": step, "sparse_from_step": stage_switch, "train_seconds": round(train_seconds, 1),
+        "eval_seconds": round(time.time() - t_eval, 1),
+        "total_seconds": round(time.time() - t_start, 1), "time_budget_s": args.time_budget_s,
+        "final": final, "history": history,
+        "eval": {"method": "teacher-forced exact match of the whole solution (= greedy "
+                           "reproduces it), bf16 autocast, the shipped (dequantised FP8) weights",
+                 **evals},
+        "hf_check": hf,
+        "prompt": f"{BOS}{USER}{{question}}{ASSISTANT}{END_THINK}",
+    }
+    with open(os.path.join(args.out, "train_report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {args.out} (config.json, model.safetensors, tokenizer, train_report.json) in "
+          f"{time.time() - t_start:.0f} s; sparse {evals['sparse']['accuracy']:.3f}, dense "
+          f"{evals['dense']['accuracy']:.3f}, recent-window control {evals['recent']['accuracy']:.3f}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
