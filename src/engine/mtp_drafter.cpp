@@ -10,7 +10,7 @@ namespace osprey {
 
 MtpDrafter::MtpDrafter(const DeepseekModel& model, int num_speculative_tokens,
                        int max_num_batched_tokens, int max_num_seqs)
-    : model_(model), k_(num_speculative_tokens), max_seqs_(max_num_seqs) {
+    : model_(model), k_(num_speculative_tokens) {
   OSPREY_CHECK(k_ >= 1, "MtpDrafter with ", k_, " speculative tokens");
   const int64_t D = model.config().hidden_size;
   main_hidden_ = Storage(model.device(), DType::F32, {max_num_batched_tokens, D});

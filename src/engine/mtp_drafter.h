@@ -69,7 +69,6 @@ class MtpDrafter {
 
   const DeepseekModel& model_;
   int k_;
-  int max_seqs_;
   Storage main_hidden_;            // [max_num_batched_tokens, D]
   Storage state_;                  // [max_num_seqs, D] (K ≥ 2)
   std::map<uint64_t, int> slots_;  // Sequence::arrival → row of state_
