@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/step_cost.h"
 
 namespace osprey::bench {

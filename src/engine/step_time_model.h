@@ -16,7 +16,7 @@
 #include <array>
 #include <cstdint>
 
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/step_cost.h"
 
 namespace osprey {

@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "config/model_config.h"
 #include "core/tensor.h"
-#include "model/config.h"
 
 namespace osprey {
 

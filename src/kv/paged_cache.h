@@ -16,10 +16,10 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/error.h"
 #include "core/storage.h"
 #include "core/tensor.h"
-#include "model/config.h"
 
 namespace osprey {
 

@@ -20,12 +20,12 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/storage.h"
 #include "dist/communicator.h"
 #include "kv/kv_cache_dtype.h"
 #include "kv/paged_cache.h"
 #include "model/ablation.h"
-#include "model/config.h"
 #include "model/dump.h"
 #include "model/forward_batch.h"
 #include "model/shard.h"

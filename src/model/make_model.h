@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/dtype.h"
-#include "model/config.h"
 
 namespace osprey {
 

@@ -10,8 +10,8 @@
 #include <functional>
 #include <string>
 
+#include "config/model_config.h"
 #include "core/dtype.h"
-#include "model/config.h"
 #include "model/weights.h"
 
 namespace osprey {

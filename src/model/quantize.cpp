@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/error.h"
-#include "model/config.h"
 #include "model/model_writer.h"
 #include "model/safetensors.h"
 #include "model/weights.h"

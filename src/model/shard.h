@@ -15,8 +15,8 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "dist/parallel_config.h"
-#include "model/config.h"
 #include "model/weights.h"
 
 namespace osprey {

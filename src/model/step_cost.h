@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "config/model_config.h"
 
 namespace osprey {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/storage.h"
 #include "core/tensor.h"
-#include "model/config.h"
 #include "model/safetensors.h"
 #include "ops/gemm.h"
 #include "ops/moe.h"

@@ -19,8 +19,8 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/tensor.h"
-#include "model/config.h"
 #include "ops/gemm.h"
 
 namespace osprey {

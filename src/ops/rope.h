@@ -11,8 +11,8 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/tensor.h"
-#include "model/config.h"
 
 namespace osprey {
 

@@ -51,7 +51,7 @@ def safetensors_seeds():
 
 
 def config_seeds():
-    out = "tests/model/fuzz/corpus/config_fuzz"
+    out = "tests/config/fuzz/corpus/config_fuzz"
     for name in ["v2-tiny", "v3-tiny", "v32-tiny", "v32-tiny-fp8"]:
         with open(os.path.join(ROOT, "tests/data/models", name, "config.json"), "rb") as f:
             write(out, name.replace("-", "_"), f.read())

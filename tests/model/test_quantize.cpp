@@ -10,7 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "config/model_config.h"
 #include "model/greedy.h"
 #include "model/quantize.h"
 #include "model/safetensors.h"

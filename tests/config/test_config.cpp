@@ -5,8 +5,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "config/model_config.h"
 #include "core/error.h"
-#include "model/config.h"
 
 using namespace osprey;
 using nlohmann::json;

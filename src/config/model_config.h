@@ -1,6 +1,7 @@
 // ModelConfig: a Hugging Face config.json of the DeepSeek family turned into the numbers the math
 // needs. model_type deepseek_v2 (V2, V2-Lite), deepseek_v3 (V3, R1, V3.1, Kimi-K2) and
-// deepseek_v32.
+// deepseek_v32. It sits in src/config, below ops and kv (which read it) and model: it depends on
+// core only.
 //
 // Required (no default; a config without them is refused, naming the field): vocab_size,
 // hidden_size, num_hidden_layers, num_attention_heads, kv_lora_rank, qk_nope_head_dim,

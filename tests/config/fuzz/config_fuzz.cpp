@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "config/model_config.h"
 #include "core/error.h"
-#include "model/config.h"
 
 namespace {
 
