@@ -195,12 +195,13 @@ void TcpCommunicator::send_frame(int fd, uint32_t op, const std::vector<int64_t>
 }
 
 TcpCommunicator::Frame TcpCommunicator::recv_frame(int fd, int from, const char* op,
-                                                   double timeout_s) {
+                                                   double timeout_s, double reported_s) {
   const auto deadline = after(timeout_s);
   auto lost = [&](int r) -> std::string {
     if (r < 0)
-      return str_cat("rank(s) ", from, " did not reach ", op, " within ", timeout_s, " s (rank ",
-                     rank_, " waited; a rank hangs or died)");
+      return str_cat("rank(s) ", from, " did not reach ", op, " within ",
+                     reported_s >= 0 ? reported_s : timeout_s, " s (rank ", rank_,
+                     " waited; a rank hangs or died)");
     return str_cat("rank ", from, " closed its connection during ", op, " (it failed or exited)");
   };
   int64_t head[4];
@@ -233,8 +234,8 @@ std::vector<TcpCommunicator::Frame> TcpCommunicator::gather_frames(uint32_t op, 
   const auto deadline = after(timeout_s_);
   for (int r = 1; r < world_; ++r) {
     try {
-      frames[size_t(r)] =
-          recv_frame(peers_[size_t(r)], r, name, std::max(seconds_left(deadline), 0.001));
+      frames[size_t(r)] = recv_frame(peers_[size_t(r)], r, name,
+                                     std::max(seconds_left(deadline), 0.001), timeout_s_);
     } catch (const CommError& e) {
       hub_fail(e.what());
     }

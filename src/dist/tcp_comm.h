@@ -43,7 +43,9 @@ class TcpCommunicator final : public Communicator {
  private:
   struct Frame;
   void send_frame(int fd, uint32_t op, const std::vector<int64_t>& aux, const void* data, size_t n);
-  Frame recv_frame(int fd, int from_rank, const char* op, double timeout_s);
+  // Waits at most timeout_s; a timeout's message names `reported_s` (the op's whole timeout, where
+  // timeout_s is what is left of it), or timeout_s when reported_s < 0.
+  Frame recv_frame(int fd, int from_rank, const char* op, double timeout_s, double reported_s = -1);
   // Rank 0: the frames of ranks 1..n−1 for `op`, or a CommError relayed to everyone.
   std::vector<Frame> gather_frames(uint32_t op, const char* name);
   [[noreturn]] void hub_fail(const std::string& why);
