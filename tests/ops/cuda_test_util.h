@@ -1,5 +1,5 @@
 // Helpers for the CUDA twin tests: fresh random inputs, uploads in a chosen dtype, poisoned
-// outputs, relative L2 error, and the paged-attention metadata of a batch.
+// outputs, relative L2 error, the paged-attention metadata of a batch, and MoE routings.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/device_buffer.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "ops/attention_meta.h"
 
@@ -176,6 +177,41 @@ inline Buffer random_topk(const Batch& b, int k, bool repeats = false) {
       for (int c = 3; c < k && c <= p; c += 4) row[c] = row[c / 2];
   }
   return t;
+}
+
+// A fast generator for big random tensors (8 random bytes a draw; 16 real-width experts hold 704 M
+// values).
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+// K distinct experts per token from `pool`; with `hot` ≥ 0, slot 0 is `hot` for every token.
+inline Buffer route_ids(int64_t n, int64_t K, std::vector<int32_t> pool, int32_t hot = -1) {
+  Buffer ids(DType::I32, {n, K});
+  for (int64_t t = 0; t < n; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng());
+    int32_t* row = ids.ptr<int32_t>() + t * K;
+    int64_t i = 0;
+    if (hot >= 0) row[i++] = hot;
+    for (size_t j = 0; i < K; ++j) {
+      OSPREY_CHECK(j < pool.size(), "route_ids: ", pool.size(), " experts cannot fill top-", K);
+      if (pool[j] != hot) row[i++] = pool[j];
+    }
+  }
+  return ids;
+}
+
+// Expert ids [begin, end).
+inline std::vector<int32_t> expert_range(int32_t begin, int32_t end) {
+  std::vector<int32_t> v(size_t(end - begin));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
 }
 
 }  // namespace osprey::testing

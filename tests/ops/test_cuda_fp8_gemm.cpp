@@ -35,12 +35,9 @@ Fp8Weight random_fp8(int64_t out, int64_t in) {
               {}};
   // 8 random bytes a draw (the real-width expert sets hold 700 M of them), NaN codes stepped down.
   uint8_t* p = f.w.ptr<uint8_t>();
-  uint64_t st = rng()();
+  SplitMix g{rng()()};
   for (int64_t i = 0; i < out * in; i += 8) {
-    uint64_t z = (st += 0x9e3779b97f4a7c15ull);  // splitmix64
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const uint64_t z = g.next();
     for (int64_t b = 0; b < 8 && i + b < out * in; ++b) {
       const uint8_t v = uint8_t(z >> (8 * b));
       p[i + b] = (v & 0x7f) == 0x7f ? uint8_t(v - 1) : v;
@@ -206,25 +203,6 @@ Buffer moe_w8a8_twin(const Buffer& x, const Buffer& ids, const Buffer& w, const 
   return out;
 }
 
-// K distinct experts a token from `pool`; with hot ≥ 0, slot 0 is hot for every token.
-Buffer route(int64_t n, int64_t K, std::vector<int32_t> pool, int32_t hot = -1) {
-  Buffer ids(DType::I32, {n, K});
-  for (int64_t t = 0; t < n; ++t) {
-    std::shuffle(pool.begin(), pool.end(), rng());
-    int32_t* row = ids.ptr<int32_t>() + t * K;
-    int64_t i = 0;
-    if (hot >= 0) row[i++] = hot;
-    for (size_t j = 0; i < K; ++j)
-      if (pool[j] != hot) row[i++] = pool[j];
-  }
-  return ids;
-}
-std::vector<int32_t> range(int32_t a, int32_t b) {
-  std::vector<int32_t> v(size_t(b - a));
-  std::iota(v.begin(), v.end(), a);
-  return v;
-}
-
 void moe_case(const Experts& ex, int64_t n, int64_t K, const Buffer& ids, DType xdt, DType odt,
               const std::string& what) {
   const int64_t D = ex.host[0].gate.in();
@@ -250,11 +228,11 @@ TEST(CudaOps, MoeExpertsFp8DecodePathMatchesW8A8Twin) {
     const int64_t E = 16, D = 7168, I = 2048, K = 8;  // V3.2's expert widths
     const Experts ex(E, D, I);
     for (int64_t n : {1, 37, 64, 128}) {
-      moe_case(ex, n, K, route(n, K, range(0, 16)), DType::BF16, DType::F32,
+      moe_case(ex, n, K, route_ids(n, K, expert_range(0, 16)), DType::BF16, DType::F32,
                "fp8 decode experts E16 [2048x7168] uniform n=" + std::to_string(n));
     }
     // Expert 3 in every token (128 rows: 8 tiles of 16), experts 0..2 and 15 idle.
-    moe_case(ex, 128, K, route(128, K, range(4, 15), 3), DType::F32, DType::BF16,
+    moe_case(ex, 128, K, route_ids(128, K, expert_range(4, 15), 3), DType::F32, DType::BF16,
              "fp8 decode experts E16 one hot + idle n=128, x F32 out BF16");
   }
   {

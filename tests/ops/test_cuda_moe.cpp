@@ -63,28 +63,6 @@ TEST(CudaOps, MoeRoute) {
 
 // ---- routing permutation and tile schedule ----------------------------------------------------
 
-// K distinct experts per token from `pool`; with `hot` ≥ 0, slot 0 is `hot` for every token.
-Buffer route_ids(int64_t n, int64_t K, std::vector<int32_t> pool, int32_t hot = -1) {
-  Buffer ids(DType::I32, {n, K});
-  for (int64_t t = 0; t < n; ++t) {
-    std::shuffle(pool.begin(), pool.end(), rng());
-    int32_t* row = ids.ptr<int32_t>() + t * K;
-    int64_t i = 0;
-    if (hot >= 0) row[i++] = hot;
-    for (size_t j = 0; i < K; ++j) {
-      OSPREY_CHECK(j < pool.size(), "route_ids: ", pool.size(), " experts cannot fill top-", K);
-      if (pool[j] != hot) row[i++] = pool[j];
-    }
-  }
-  return ids;
-}
-
-std::vector<int32_t> expert_range(int32_t begin, int32_t end) {
-  std::vector<int32_t> v(size_t(end - begin));
-  std::iota(v.begin(), v.end(), begin);
-  return v;
-}
-
 void permute_case(const Buffer& ids, int E, const char* what) {
   const int64_t rows = ids.numel(), max_tiles = moe_max_tiles(rows, E);
   const MoeSchedule ref = moe_schedule_reference(ids.ptr<int32_t>(), rows, E);
@@ -136,17 +114,6 @@ TEST(CudaOps, MoePermuteMatchesHostReference) {
 }
 
 // ---- grouped experts -------------------------------------------------------------------------
-
-// A fast generator for the big weight tensors (16 real-width experts hold 704 M values).
-struct SplitMix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
 
 // E experts' weights, BF16 or F8_E4M3 + F32 scales, on the host (the CPU oracle reads them as they
 // are) and the same bytes on the device.
