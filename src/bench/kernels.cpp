@@ -27,12 +27,22 @@ void run_kernel_benchmark(const KernelOptions&) {
 }
 #else
 
+double rel_l2_bf16(const Buffer& a, const Buffer& b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = bf16_to_f32(a.ptr<uint16_t>()[i]), y = bf16_to_f32(b.ptr<uint16_t>()[i]);
+    if (!std::isfinite(x)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 namespace {
 constexpr int64_t kHeads = 128, kLora = 512, kRope = 64, kWidth = kLora + kRope;
 constexpr int kBlock = 64, kTopk = 2048;
 constexpr float kScale = 0.135f;  // V3.2's softmax scale: 192^-0.5 · mscale² (yarn, factor 40)
-constexpr size_t kFlushBytes = size_t(512) << 20;  // > the 60 MB L2, written before every call
-constexpr int64_t kFillRows = 1 << 18;             // FP8 cache rows quantised per fill call
+constexpr int64_t kFillRows = 1 << 18;  // FP8 cache rows quantised per fill call
 
 // One attention shape: n_seqs sequences at context ctx, s_q query tokens each at the last s_q
 // positions (q_first > 0: every sequence's queries are positions q_first .. ctx − 1 instead).
@@ -169,17 +179,6 @@ MlaInputs make_inputs(const MlaShape& s, std::mt19937_64& rng, uint64_t seed) {
   return in;
 }
 
-double rel_l2(const Buffer& a, const Buffer& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = bf16_to_f32(a.ptr<uint16_t>()[i]), y = bf16_to_f32(b.ptr<uint16_t>()[i]);
-    if (!std::isfinite(x)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
   std::mt19937_64 rng(o.seed);
   std::printf("\n%-15s %-5s %4s %4s %6s %10s %8s %6s %7s %6s %10s %9s %9s\n", "kernel", "cache",
@@ -191,7 +190,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     Tensor topk = s.sparse ? in.d_topk.view() : Tensor{};
     auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
     const int64_t calls0 = ops::cuda::mla_sm90_calls();
-    const ops::cuda::Timing t = ops::cuda::time_events(call, o.warmup, o.iters, kFlushBytes);
+    const ops::cuda::Timing t = ops::cuda::time_events(call, o.warmup, o.iters, kKernelFlushBytes);
     OSPREY_CHECK(ops::cuda::mla_sm90_calls() > calls0, "the sm90 kernel did not take ", s.kernel);
     call();
     cuda::synchronize();
@@ -204,12 +203,12 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     if (o.baseline && s.baseline)
       core_us = ops::cuda::time_events(
                     [&] { ops::mla_attention_absorbed(ref, in.q, in.cache, in.dev, topk, kScale); },
-                    1, 3, kFlushBytes)
+                    1, 3, kKernelFlushBytes)
                     .median_ms *
                 1e3;
     ops::cuda::set_mla_sm90_enabled(was);
     cuda::synchronize();
-    const double err = rel_l2(got, cuda::to_host(ref));
+    const double err = rel_l2_bf16(got, cuda::to_host(ref));
     const double sec = t.median_ms * 1e-3;
     const double tf = in.flops / sec / 1e12, gbs = in.bytes / sec / 1e9;
     char fm[32] = "-", core[32] = "-";
@@ -231,12 +230,12 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
   const double cached =
       ops::cuda::time_events(
           [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, in.d_topk, kScale); },
-          o.warmup, o.iters, kFlushBytes)
+          o.warmup, o.iters, kKernelFlushBytes)
           .median_ms;
   const double rebuilt =
       ops::cuda::time_events(
           [&] { ops::mla_attention_absorbed(out, in.q, in.cache, fresh, in.d_topk, kScale); },
-          o.warmup, o.iters, kFlushBytes)
+          o.warmup, o.iters, kKernelFlushBytes)
           .median_ms;
   std::printf(
       "\nsparse decode FP8 B=64: %.1f us with the cached plan, %.1f us rebuilding it every call "

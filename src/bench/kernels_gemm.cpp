@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "config/v32_projections.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
 #include "ops/ceilings.h"
@@ -21,38 +22,6 @@
 namespace osprey::bench {
 
 namespace {
-constexpr size_t kFlushBytes = size_t(512) << 20;  // > the 60 MB L2, written before every call
-
-struct Proj {
-  int64_t out, in;
-  const char* what;
-};
-// Every FP8 projection of V3/V3.2 at TP1.
-const Proj kProjs[] = {{1536, 7168, "q_a_proj"},
-                       {24576, 1536, "q_b_proj"},
-                       {576, 7168, "kv_a_proj"},
-                       {32768, 512, "kv_b_proj"},
-                       {7168, 16384, "o_proj"},
-                       {18432, 7168, "dense mlp gate"},
-                       {7168, 18432, "dense mlp down"},
-                       {2048, 7168, "shared expert gate"},
-                       {7168, 2048, "shared expert down"},
-                       {8192, 1536, "indexer wq_b"},
-                       {128, 7168, "indexer wk"}};
-
-double rel_l2_bf16(const Buffer& a, const Buffer& b) {
-  double num = 0, den = 0;
-  const bool a16 = a.dtype() == DType::BF16;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a16 ? bf16_to_f32(a.ptr<uint16_t>()[i]) : a.f32()[i];
-    const double y = a16 ? bf16_to_f32(b.ptr<uint16_t>()[i]) : b.f32()[i];
-    if (!std::isfinite(x)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
 // An FP8 weight on the device: random e4m3 and scales (never zeros).
 struct DevFp8 {
   DeviceBuffer w, s;
@@ -74,7 +43,7 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
               "M", "N", "K", "path", "time_us", "GB/s", "%copy", "TFLOP/s", "%fp8", "var_us",
               "lt_us", "lt_GB/s", "%copy", "lt_TF/s", "rel_diff");
   uint64_t seed = o.seed * 1000;
-  for (const Proj& pr : kProjs) {
+  for (const Fp8Projection& pr : kV32Fp8Projections) {
     const DevFp8 w = make_fp8(pr.out, pr.in, seed += 10);
     for (int64_t m : ms) {
       if (o.quick && m > 64 && pr.out * pr.in < 7168 * 16384) continue;
@@ -84,17 +53,19 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       auto ours = [&] { ops::linear(y, x, w.lw()); };
       ours();
       const std::string path = ops::cuda::last_fp8_gemm_path();
-      const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes);
+      const ops::cuda::Timing t =
+          ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes);
       // Variants: one k-block a stage (the default takes two); past 32 tokens, where cuBLASLt
       // runs, osprey's kernel with tiles of 32 tokens.
       double g1_us = 0, wide_us = 0;
       if (path == "swapab-fp8") {
         ops::cuda::set_fp8_swapab_dense_groups(1);
-        g1_us = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes).median_ms * 1e3;
+        g1_us = ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes).median_ms * 1e3;
         ops::cuda::set_fp8_swapab_dense_groups(2);
       } else if (m <= ops::cuda::kSwapAbMaxTokens) {
         ops::cuda::set_fp8_swapab_max_tokens(ops::cuda::kSwapAbMaxTokens);
-        wide_us = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes).median_ms * 1e3;
+        wide_us =
+            ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes).median_ms * 1e3;
         ops::cuda::set_fp8_swapab_max_tokens(32);
       }
       // cuBLASLt's block-scaled FP8 GEMM on the same call (osprey's kernel off).
@@ -102,7 +73,7 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       auto lt = [&] { ops::linear(y_lt, x, w.lw()); };
       lt();
       const std::string lt_path = ops::cuda::last_fp8_gemm_path();
-      const ops::cuda::Timing tl = ops::cuda::time_events(lt, o.warmup, o.iters, kFlushBytes);
+      const ops::cuda::Timing tl = ops::cuda::time_events(lt, o.warmup, o.iters, kKernelFlushBytes);
       ops::cuda::set_fp8_swapab(true);
       cuda::synchronize();
       const double diff = rel_l2_bf16(cuda::to_host(y), cuda::to_host(y_lt));
@@ -193,10 +164,10 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     const double bytes = wbytes + double(n) * double(D) * 4;
     const double flops = 2.0 * double(n * K) * 3.0 * double(I) * double(D);
     auto ours = [&] { ops::moe_experts(out, x, ids, wts, experts); };
-    const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kFlushBytes);
+    const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes);
     ops::cuda::set_fp8_swapab(false);
     auto wmma = [&] { ops::moe_experts(out_w, x, ids, wts, experts); };
-    const ops::cuda::Timing tw = ops::cuda::time_events(wmma, o.warmup, o.iters, kFlushBytes);
+    const ops::cuda::Timing tw = ops::cuda::time_events(wmma, o.warmup, o.iters, kKernelFlushBytes);
     ops::cuda::set_fp8_swapab(true);
     cuda::synchronize();
     const double diff = rel_l2_bf16(cuda::to_host(out), cuda::to_host(out_w));

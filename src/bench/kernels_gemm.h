@@ -8,8 +8,17 @@
 // CUDA only; called from kernels.cpp.
 #pragma once
 
+#include <cstddef>
+
 #include "bench/kernels.h"
+#include "core/tensor.h"
 
 namespace osprey::bench {
+// Written before every timed call (time_events' flush): more than the H200's 60 MB L2.
+constexpr size_t kKernelFlushBytes = size_t(512) << 20;
+// Relative L2 distance of two BF16 host tensors of one shape (infinite when a has a non-finite
+// value): the benchmarks' check of one kernel's output against another's.
+double rel_l2_bf16(const Buffer& a, const Buffer& b);
+
 void run_gemm_benchmarks(const KernelOptions& o, double copy_gbs);
 }  // namespace osprey::bench

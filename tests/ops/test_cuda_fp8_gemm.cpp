@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "config/v32_projections.h"
 #include "cuda_test_util.h"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
@@ -54,23 +55,6 @@ Fp8Weight random_fp8(int64_t out, int64_t in) {
 constexpr double kTolF32 = 1e-3;
 constexpr double kTolBf16 = 5e-3;
 
-struct Proj {
-  int64_t out, in;
-  const char* what;
-};
-// Every FP8 projection of V3/V3.2 at TP1 (the indexer's wq_b and wk included).
-const Proj kProjs[] = {{1536, 7168, "q_a_proj"},
-                       {24576, 1536, "q_b_proj"},
-                       {576, 7168, "kv_a_proj"},
-                       {32768, 512, "kv_b_proj"},
-                       {7168, 16384, "o_proj"},
-                       {18432, 7168, "dense mlp gate"},
-                       {7168, 18432, "dense mlp down"},
-                       {2048, 7168, "shared expert gate"},
-                       {7168, 2048, "shared expert down"},
-                       {8192, 1536, "indexer wq_b"},
-                       {128, 7168, "indexer wk"}};
-
 // The dispatch takes n ≤ 32; the launcher up to 128 (tiles of 32, a benchmark variant): both
 // checked, the limit raised for the test.
 TEST(CudaOps, LinearFp8SwapAbMatchesW8A8Twin) {
@@ -79,7 +63,7 @@ TEST(CudaOps, LinearFp8SwapAbMatchesW8A8Twin) {
   ops::cuda::set_fp8_swapab_max_tokens(ops::cuda::kSwapAbMaxTokens);
   const int64_t ns[] = {1, 5, 16, 37, 64, 128};
   int k = 0;
-  for (const Proj& pr : kProjs) {
+  for (const Fp8Projection& pr : kV32Fp8Projections) {
     const Fp8Weight f = random_fp8(pr.out, pr.in);
     // Two token counts a shape (all six over the list), 1 and 64 on every one.
     for (int64_t n : {int64_t(1), int64_t(64), ns[k++ % 6]}) {
