@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench/kernels_gemm.h"
+#include "bench/kernels_indexer.h"
 #include "core/error.h"
 
 #ifdef OSPREY_WITH_CUDA
@@ -252,10 +253,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
 
 void run_kernel_benchmark(const KernelOptions& o) {
   if (cuda::device_count() == 0) fail("osprey bench kernels: no CUDA device");
-  if (o.op != "mla" && o.op != "gemm" && o.op != "moe")
-    fail("osprey bench kernels: --op ", o.op,
-         " has no kernels (mla, gemm and moe are benchmarked alone; indexer comes with its "
-         "kernel)");
+  if (o.op != "mla" && o.op != "gemm" && o.op != "moe" && o.op != "indexer")
+    fail("osprey bench kernels: --op ", o.op, " has no kernels (mla, gemm, moe or indexer)");
   const double copy_gbs = ops::cuda::copy_bandwidth_gbs(size_t(4) << 30);
   const double bf16_tf = ops::cuda::bf16_gemm_tflops(8192);
   std::printf(
@@ -263,6 +262,8 @@ void run_kernel_benchmark(const KernelOptions& o) {
       copy_gbs, bf16_tf);
   if (o.op == "mla")
     run_mla(o, copy_gbs, bf16_tf);
+  else if (o.op == "indexer")
+    run_indexer_benchmark(o, copy_gbs);
   else
     run_gemm_benchmarks(o, copy_gbs);
 }

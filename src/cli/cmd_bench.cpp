@@ -224,7 +224,8 @@ void add_kernels(CLI::App& bench) {
   auto a = std::make_shared<bench::KernelOptions>();
   CLI::App* sub = bench.add_subcommand(
       "kernels", "time each fast kernel alone on DeepSeek-V3.2's shapes against the ceilings");
-  sub->add_option("--op", a->op, "which op's kernels: mla, gemm or moe")->capture_default_str();
+  sub->add_option("--op", a->op, "which op's kernels: mla, gemm, moe or indexer")
+      ->capture_default_str();
   sub->add_option("--warmup", a->warmup, "untimed calls first")->capture_default_str();
   sub->add_option("--iters", a->iters, "timed calls (median reported)")->capture_default_str();
   sub->add_option("--seed", a->seed, "random inputs")->capture_default_str();

@@ -101,6 +101,9 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
   OSPREY_DISPATCH(indexer_topk, topk_indices.device, topk_indices, q, weights, index_cache, m,
                   scale);
 }
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights) {
+  OSPREY_DISPATCH(indexer_quantize_q, q8.device, q8, weights_out, q, weights);
+}
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p) {
   OSPREY_DISPATCH(moe_route, topk_ids.device, topk_ids, topk_weights, router_logits,

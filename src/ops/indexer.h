@@ -6,6 +6,13 @@
 //   topk_indices[t] = the min(index_topk, p + 1) positions j with the largest I (ties: lower j
 //   first), in ascending order of j, padded with −1 to index_topk.
 //   q [n_tokens, IH, ID] F32, weights [n_tokens, IH] F32 (already × IH^-0.5), scale = ID^-0.5.
+//   q may also be U8: e4m3 values from indexer_quantize_q, whose per-(t, h) scales are folded into
+//   the weights (as DeepSeek's reference indexer: q8 · k8 on FP8 tensor cores); the scores are
+//   then those of the dequantized q8 values with the folded weights.
+//
+// indexer_quantize_q: per (t, h), s = indexer_fp8_scale(amax_d |q[t, h, d]|) (the cache keys'
+// power-of-two rule), q8[t, h, d] = e4m3_rne(q[t, h, d] / s) (saturating; exact division),
+// weights_out[t, h] = weights[t, h] · s.  q8 U8 [n_tokens, IH, ID], weights_out F32 [n_tokens, IH].
 //
 // Two cache formats, told apart by the cache's dtype:
 //   F32 / BF16  [n_blocks, block_size, ID]: the key itself (CPU F32 = the oracle).
@@ -28,7 +35,9 @@
 
 namespace osprey::ops {
 // Bytes one token takes in the FP8 indexer cache: ID e4m3 values + one fp32 scale.
-constexpr int64_t indexer_fp8_token_bytes(int64_t id) { return id + 4; }
+constexpr int64_t indexer_fp8_token_bytes(int64_t id) {
+  return id + 4;
+}
 // The per-token FP8 scale from amax|k| (see above): the bit-exact rule both twins use.
 inline float indexer_fp8_scale(float amax) {
   const float s = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;
@@ -43,15 +52,18 @@ inline float indexer_fp8_scale(float amax) {
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);
 namespace cpu {
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);
 }  // namespace cpu
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);
 }  // namespace cuda
 }  // namespace osprey::ops

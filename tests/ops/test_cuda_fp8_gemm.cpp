@@ -201,8 +201,11 @@ void moe_case(const Experts& ex, int64_t n, int64_t K, const Buffer& ids, DType 
   // the down projection h is quantised to e4m3 (1/16 relative steps), and where a value sits at
   // a rounding boundary that 2e-4 moves it one step: measured 3–5e-3 on the H200 (2026-12-01).
   // W8A16 arithmetic (the WMMA path) differs from this twin by 4.3e-2, a wrong expert or scale
-  // by O(1).
-  expect_close(what, download(out), ref, 1e-2);
+  // by O(1). With few h values a token (n = 1 over I = 256: 2,048) the error is a handful of
+  // such steps and varies more from draw to draw: 1.1e-2 was seen once (H200, 2026-12-01), so
+  // those cases get 2e-2, still half the W8A16 difference.
+  const int64_t I = ex.host[0].gate.out();
+  expect_close(what, download(out), ref, n * K * I >= 16384 ? 1e-2 : 2e-2);
 }
 
 TEST(CudaOps, MoeExpertsFp8DecodePathMatchesW8A8Twin) {

@@ -52,6 +52,61 @@ TEST(OpsCpu, IndexerTopkTiesTakeLowerPositionsAndPad) {
             (std::vector<int32_t>{0, 1, 2}));
 }
 
+// indexer_quantize_q (ops/indexer.h): per (t, h) the power-of-two scale of the cache keys' rule,
+// e4m3 values within their rounding, the scale folded into the weights; then indexer_topk with U8
+// q equals indexer_topk with the dequantized values as F32 q and the folded weights.
+TEST(OpsCpu, IndexerQuantizeQFoldsScalesAndTopkReadsE4m3) {
+  const int64_t n = 3, IH = 4, ID = 128, BS = 64, L = 200, topk = 16;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Buffer q(DType::F32, {n, IH, ID}), w(DType::F32, {n, IH});
+  for (int64_t r = 0; r < n * IH; ++r)
+    for (int64_t d = 0; d < ID; ++d)
+      q.f32()[r * ID + d] = r == 1 ? 0.0f : u(rng) * std::ldexp(1.0f, int(r % 5) * 3 - 6);
+  for (int64_t i = 0; i < n * IH; ++i) w.f32()[i] = 0.5f * u(rng);
+  Buffer q8(DType::U8, {n, IH, ID}), w8(DType::F32, {n, IH});
+  ops::indexer_quantize_q(q8, w8, q, w);
+  Buffer qd(DType::F32, {n, IH, ID});  // dequantized values (no scale)
+  for (int64_t r = 0; r < n * IH; ++r) {
+    float amax = 0.0f;
+    for (int64_t d = 0; d < ID; ++d) amax = std::max(amax, std::fabs(q.f32()[r * ID + d]));
+    const float s = w8.f32()[r] / w.f32()[r];
+    EXPECT_EQ(s, ops::indexer_fp8_scale(amax)) << "row " << r;
+    int e = 0;
+    EXPECT_EQ(std::frexp(s, &e), 0.5f) << "row " << r << ": not a power of two";
+    EXPECT_GE(s * 448.0f, std::max(amax, 1e-4f));
+    for (int64_t d = 0; d < ID; ++d) {
+      const float v = e4m3_to_f32(q8.ptr<uint8_t>()[r * ID + d]);
+      qd.f32()[r * ID + d] = v;
+      const float x = q.f32()[r * ID + d];
+      ASSERT_LE(std::fabs(v * s - x), std::max(std::fabs(x) / 16.0f, s * std::ldexp(1.0f, -10)))
+          << "row " << r << " value " << d;
+    }
+  }
+  // One sequence of L cached tokens, the last n new.
+  const int64_t n_blocks = (L + BS - 1) / BS;
+  Buffer qsl(DType::I32, {2}), seq_lens(DType::I32, {1}), pos(DType::I32, {n}),
+      bt(DType::I32, {1, n_blocks}), slots(DType::I64, {L});
+  qsl.ptr<int32_t>()[0] = 0;
+  qsl.ptr<int32_t>()[1] = int32_t(n);
+  seq_lens.ptr<int32_t>()[0] = int32_t(L);
+  for (int64_t b = 0; b < n_blocks; ++b) bt.ptr<int32_t>()[b] = int32_t(b);
+  for (int64_t t = 0; t < n; ++t) pos.ptr<int32_t>()[t] = int32_t(L - n + t);
+  for (int64_t j = 0; j < L; ++j) slots.ptr<int64_t>()[j] = j;
+  Buffer k(DType::F32, {L, ID});
+  for (int64_t i = 0; i < L * ID; ++i) k.f32()[i] = u(rng);
+  Buffer cache = Buffer::zeros(DType::U8, {n_blocks, BS * (ID + 4)});
+  ops::indexer_cache_write(cache, k, AttentionMeta{1, int(L), int(BS), {}, {}, {}, {}, slots, {}});
+  AttentionMeta m{1, int(n), int(BS), qsl, seq_lens, pos, bt, {}, {}};
+  const float scale = 1.0f / std::sqrt(float(ID));
+  Buffer r8(DType::I32, {n, topk}), rd(DType::I32, {n, topk});
+  ops::indexer_topk(r8, q8, w8, cache, m, scale);
+  ops::indexer_topk(rd, qd, w8, cache, m, scale);
+  EXPECT_EQ(std::vector<int32_t>(r8.ptr<int32_t>(), r8.ptr<int32_t>() + n * topk),
+            std::vector<int32_t>(rd.ptr<int32_t>(), rd.ptr<int32_t>() + n * topk));
+  EXPECT_GE(r8.ptr<int32_t>()[topk - 1], 0);  // a full row of positions, not padding
+}
+
 // The FP8 indexer cache (ops/indexer.h): layout (values then scales per block), the ue8m0 scale
 // rule and the round-trip error; bytes of other tokens are left alone.
 TEST(OpsCpu, IndexerFp8CacheLayoutAndRoundTrip) {

@@ -65,8 +65,37 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   }
 }
 
-void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights) {
+  OSPREY_CHECK(q.dtype == DType::F32 && q.dim() == 3 && weights.dtype == DType::F32 &&
+                   q8.dtype == DType::U8 && weights_out.dtype == DType::F32,
+               "indexer_quantize_q (CPU): F32 q [n, IH, ID] and weights, U8 q8, F32 weights_out");
+  const int64_t n = q.size(0), IH = q.size(1), ID = q.size(2);
+  OSPREY_CHECK(
+      q8.numel() == n * IH * ID && weights.numel() == n * IH && weights_out.numel() == n * IH,
+      "indexer_quantize_q shapes");
+  for (int64_t r = 0; r < n * IH; ++r) {
+    const float* x = q.f32() + r * ID;
+    float amax = 0.0f;
+    for (int64_t d = 0; d < ID; ++d) amax = std::max(amax, std::fabs(x[d]));
+    const float s = indexer_fp8_scale(amax);
+    uint8_t* o = q8.ptr<uint8_t>() + r * ID;
+    for (int64_t d = 0; d < ID; ++d) o[d] = f32_to_e4m3(x[d] / s);
+    weights_out.f32()[r] = weights.f32()[r] * s;
+  }
+}
+
+void indexer_topk(Tensor topk_indices, Tensor q_in, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale) {
+  // U8 q: the e4m3 values of indexer_quantize_q (their scales are in the weights), as F32.
+  std::vector<float> q8_f32;
+  Tensor q = q_in;
+  if (q_in.dtype == DType::U8) {
+    q8_f32.resize(size_t(q_in.numel()));
+    for (int64_t i = 0; i < q_in.numel(); ++i)
+      q8_f32[size_t(i)] = e4m3_to_f32(q_in.ptr<uint8_t>()[i]);
+    q = Tensor{q8_f32.data(), DType::F32, q_in.shape, Device::CPU};
+  }
+  OSPREY_CHECK(q.dtype == DType::F32, "indexer_topk (CPU): q F32 or U8 (e4m3)");
   const int64_t IH = q.size(1), ID = q.size(2), topk = topk_indices.size(1);
   const bool fp8 = index_cache.dtype == DType::U8;
   if (fp8)

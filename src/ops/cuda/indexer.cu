@@ -8,9 +8,13 @@
 //      conflicts) in shared memory; thread (j = tid % 64, head group tid / 64) sums IH/4 heads,
 //      then the four groups are added. IH = 64, ID = 128 (V3.2) are compile-time.
 //   2. indexer_topk_kernel: per token (grid [n_tokens], 1024 threads), a 4-pass 8-bit radix select
-//      over the order-preserving integer keys of the scores finds the k-th largest key T and how
-//      many ties at T to take; an ordered block-scan compaction then writes the positions with key
-//      > T and the first (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
+//      over the order-preserving integer keys of the scores (shared-memory histogram, the bin
+//      found by one warp's prefix sum) finds the k-th largest key T and how many ties at T to take;
+//      an ordered block-scan compaction then writes the positions with key > T and the first
+//      (lowest-j) ties, ascending in j. When p + 1 ≤ k: 0..p, then −1 padding.
+//   With q U8 (e4m3 from indexer_quantize_q) and the FP8 cache at 64 × 128, block 64, on sm_90
+//   the scores come from the tensor-core kernel of indexer/logits_sm90.cu instead of step 1.
+//   indexer_quantize_q: grid [ceil(n_tokens · IH / 4)], 128 threads, a warp per (t, h) row.
 // Other IH × ID (the small test models) take indexer_score_generic_kernel (a thread per key).
 // Dtypes: q F32 or BF16; weights F32; k F32 or BF16; index_cache F32, BF16 or U8 = the FP8 format
 // of ops/indexer.h (per token ID e4m3 values + an fp32 power-of-two scale, values then scales per
@@ -21,6 +25,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/indexer/logits_sm90.cuh"
 #include "ops/indexer.h"
 
 namespace osprey::ops::cuda {
@@ -30,6 +35,36 @@ constexpr int kIH = 64, kID = 128;
 constexpr int kScoreTile = 64;      // key positions per block
 constexpr int kScoreThreads = 256;  // 4 head groups × 64 positions
 constexpr int kTopkThreads = 1024;
+
+// q element as F32: F32, BF16, or an e4m3 byte (U8 q of indexer_quantize_q).
+template <typename T>
+__device__ __forceinline__ float q_f32(T v) {
+  return to_f32(v);
+}
+template <>
+__device__ __forceinline__ float q_f32<uint8_t>(uint8_t v) {
+  return e4m3_to_f32_dev(v);
+}
+
+// indexer_quantize_q (ops/indexer.h): a warp per (t, h) row of ID values, bit-identical to the CPU.
+template <typename Tq>
+__global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __restrict__ w_out,
+                                          const Tq* __restrict__ q, const float* __restrict__ w,
+                                          int64_t rows, int id) {
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const Tq* x = q + r * id;
+  float amax = 0.0f;
+  for (int c = lane; c < id; c += 32) amax = fmaxf(amax, fabsf(to_f32(x[c])));
+  amax = warp_max(amax);
+  const float s0 = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // indexer_fp8_scale
+  uint32_t u = __float_as_uint(s0);
+  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
+  const float s = __uint_as_float(u);
+  for (int c = lane; c < id; c += 32) q8[r * id + c] = f32_to_e4m3_dev(__fdiv_rn(to_f32(x[c]), s));
+  if (lane == 0) w_out[r] = w[r] * s;
+}
 
 template <typename Tc, typename Tk>
 __global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots,
@@ -102,7 +137,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   if (base > p) return;
   const int s = seq_of_token(qsl, n_seqs, t);
   for (int e = threadIdx.x; e < kIH * kID; e += blockDim.x)
-    qs[e] = to_f32(q[int64_t(t) * kIH * kID + e]);
+    qs[e] = q_f32(q[int64_t(t) * kIH * kID + e]);
   for (int e = threadIdx.x; e < kScoreTile * kID; e += blockDim.x) {
     const int r = e / kID, c = e % kID;
     const int64_t j = base + r;
@@ -154,7 +189,7 @@ __global__ void indexer_score_generic_kernel(
   for (int h = 0; h < IH; ++h) {
     const Tq* qh = q + (int64_t(t) * IH + h) * ID;
     float dot = 0.0f;
-    for (int d = 0; d < ID; ++d) dot += to_f32(qh[d]) * keys(row, d);
+    for (int d = 0; d < ID; ++d) dot += q_f32(qh[d]) * keys(row, d);
     acc += weights[int64_t(t) * IH + h] * fmaxf(dot * scale, 0.0f);
   }
   scores[int64_t(t) * ld + j] = acc;
@@ -189,15 +224,34 @@ __global__ void __launch_bounds__(kTopkThreads)
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t cum = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (cum + hist[b] >= remaining) {
-          s_prefix = prefix | (uint32_t(b) << shift);
-          s_remaining = remaining - cum;
-          break;
+    if (threadIdx.x < 32) {
+      // The bin where the count from the top reaches `remaining`, found by warp 0: lane l holds
+      // bins 255 − 8l − i (i < 8, descending), a warp prefix sum over the lanes' totals picks the
+      // one lane whose range holds it (a serial scan of 256 bins cost ~4 µs a pass).
+      const int lane = int(threadIdx.x);
+      uint32_t c[8], local = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        c[i] = hist[255 - 8 * lane - i];
+        local += c[i];
+      }
+      uint32_t incl = local;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      uint32_t cum = incl - local;
+      if (cum < remaining && incl >= remaining) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (cum + c[i] >= remaining) {
+            s_prefix = prefix | (uint32_t(255 - 8 * lane - i) << shift);
+            s_remaining = remaining - cum;
+            break;
+          }
+          cum += c[i];
         }
-        cum += hist[b];
       }
     }
     __syncthreads();
@@ -255,6 +309,39 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
+// Runs body with Tq the C++ type of q's dtype: F32, BF16, or U8 (e4m3).
+#define OSPREY_DISPATCH_Q(dtype, Tq, ...)            \
+  do {                                               \
+    if ((dtype) == DType::U8) {                      \
+      using Tq = uint8_t;                            \
+      __VA_ARGS__;                                   \
+    } else {                                         \
+      OSPREY_DISPATCH_FLOAT(dtype, Tq, __VA_ARGS__); \
+    }                                                \
+  } while (0)
+
+void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights) {
+  check_device(q8, "indexer_quantize_q", "q8");
+  check_device(weights_out, "indexer_quantize_q", "weights_out");
+  check_device(q, "indexer_quantize_q", "q");
+  check_device(weights, "indexer_quantize_q", "weights");
+  OSPREY_CHECK(q.dim() == 3 && q8.dtype == DType::U8 && weights.dtype == DType::F32 &&
+                   weights_out.dtype == DType::F32,
+               "indexer_quantize_q: q [n, IH, ID] F32/BF16, U8 q8, F32 weights and weights_out");
+  const int64_t n = q.size(0), IH = q.size(1), ID = q.size(2), rows = n * IH;
+  OSPREY_CHECK(q8.numel() == rows * ID && weights.numel() == rows && weights_out.numel() == rows,
+               "indexer_quantize_q shapes");
+  if (rows == 0) return;
+  constexpr int kRowsPerBlock = 4;  // 128 threads: a warp per row
+  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+    indexer_quantize_q_kernel<Tq>
+        <<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, stream()>>>(
+            q8.ptr<uint8_t>(), weights_out.f32(), static_cast<const Tq*>(q.data), weights.f32(),
+            rows, int(ID));
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale) {
   check_device(q, "indexer_topk", "q");
@@ -278,7 +365,7 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     using KC = decltype(keys);
     if (!fast) {
       const dim3 g(unsigned(m.n_tokens), unsigned((max_len + 127) / 128));
-      OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+      OSPREY_DISPATCH_Q(q.dtype, Tq, {
         indexer_score_generic_kernel<Tq, KC><<<g, 128, 0, stream()>>>(
             scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
             m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
@@ -288,7 +375,7 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
       return;
     }
     const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
-    OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+    OSPREY_DISPATCH_Q(q.dtype, Tq, {
       static bool configured = false;
       if (!configured) {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(
@@ -301,7 +388,9 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
           m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs, scale);
     });
   };
-  if (fp8)
+  if (indexer_logits_sm90_supported(q, weights, index_cache, m))
+    indexer_logits_sm90(scores, max_len, q, weights, index_cache, m, scale);
+  else if (fp8)
     score(Fp8Keys{index_cache.ptr<uint8_t>(), m.block_size, int(q.size(2))});
   else
     OSPREY_DISPATCH_FLOAT(
