@@ -22,8 +22,7 @@ Shape scale_shape(const Shape& s) {
   return {(s[0] + kFp8BlockSize - 1) / kFp8BlockSize, (s[1] + kFp8BlockSize - 1) / kFp8BlockSize};
 }
 bool stays_f32(WeightKind k) {
-  return k == WeightKind::Norm || k == WeightKind::NormBias || k == WeightKind::Router ||
-         k == WeightKind::CorrectionBias;
+  return k == WeightKind::Norm || k == WeightKind::NormBias || k == WeightKind::CorrectionBias;
 }
 }  // namespace
 
@@ -107,7 +106,7 @@ ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool f
         t[spec.name] = {random(DType::F32, spec.shape, -0.01f, 0.01f), {}};
         break;
       case WeightKind::Router:
-        t[spec.name] = {random(DType::F32, spec.shape, -a, a), {}};
+        t[spec.name] = {random(DType::BF16, spec.shape, -a, a), {}};
         break;
       case WeightKind::Embedding:
         t[spec.name] = {random(DType::BF16, spec.shape, -1.0f, 1.0f), {}};
