@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -49,16 +50,33 @@ struct GraphNodes {
   }
 };
 
-// The kernel a graph node launches, by name (driver API: a node holds a CUfunction, or a CUkernel
-// when func is null, as the runtime's context-independent loading makes).
+// The kernel a graph node launches, by name. Through the driver API (a node holds a CUfunction, or
+// a CUkernel when func is null, as the runtime's context-independent loading makes), reached with
+// cudaGetDriverEntryPointByVersion so that the binary does not link libcuda (it must load, and
+// skip, on a machine without the driver).
+template <typename F>
+F driver_entry(const char* symbol, unsigned version) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(f);
+}
 inline std::string kernel_node_name(cudaGraphNode_t node) {
-  CUDA_KERNEL_NODE_PARAMS p{};
-  if (cuGraphKernelNodeGetParams(node, &p) != CUDA_SUCCESS) return "?";
+  static const auto get_params =
+      driver_entry<PFN_cuGraphKernelNodeGetParams_v12000>("cuGraphKernelNodeGetParams", 12000);
+  static const auto func_name = driver_entry<PFN_cuFuncGetName_v12030>("cuFuncGetName", 12030);
+  static const auto kernel_name =
+      driver_entry<PFN_cuKernelGetName_v12030>("cuKernelGetName", 12030);
+  CUDA_KERNEL_NODE_PARAMS_v2 p{};
+  if (!get_params || get_params(node, &p) != CUDA_SUCCESS) return "?";
   const char* name = nullptr;
-  if (p.func) {
-    if (cuFuncGetName(&name, p.func) != CUDA_SUCCESS) name = nullptr;
-  } else if (p.kern) {
-    if (cuKernelGetName(&name, p.kern) != CUDA_SUCCESS) name = nullptr;
+  if (p.func && func_name) {
+    if (func_name(&name, p.func) != CUDA_SUCCESS) name = nullptr;
+  } else if (p.kern && kernel_name) {
+    if (kernel_name(&name, p.kern) != CUDA_SUCCESS) name = nullptr;
   }
   return name ? std::string(name) : std::string("?");
 }

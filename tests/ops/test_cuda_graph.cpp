@@ -16,6 +16,7 @@
 #include "model/moe_router.h"
 #include "ops/gemm.h"
 #include "ops/moe.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 namespace {
@@ -77,11 +78,13 @@ TEST(CudaGraph, MoeRouteIsOneKernel) {
       g.capture([&] { ops::moe_route(ids, w, dl, db, p); });
       ASSERT_FALSE(HasFatalFailure());
       const GraphNodes nodes = g.nodes();
-      std::printf("GRAPH moe_route %-8s %s logits: %s\n", r.what, dtype_name(dt),
-                  nodes.summary().c_str());
+      std::printf("GRAPH moe_route %-8s %s logits: %s\n", r.what,
+                  std::string(dtype_name(dt)).c_str(), nodes.summary().c_str());
       EXPECT_EQ(nodes.kernels, 1) << nodes.summary();
       EXPECT_EQ(nodes.memsets + nodes.memcpys + nodes.hosts + nodes.others, 0) << nodes.summary();
-      if (nodes.names_known()) EXPECT_EQ(nodes.kernels_named("moe_route_kernel"), 1);
+      if (nodes.names_known()) {
+        EXPECT_EQ(nodes.kernels_named("moe_route_kernel"), 1) << nodes.summary();
+      }
       cuda::fill_bytes(ids, 0xff);
       cuda::fill_bytes(w, 0xff);
       g.replay();
@@ -92,8 +95,9 @@ TEST(CudaGraph, MoeRouteIsOneKernel) {
       Buffer c_ids(DType::I32, {n, p.top_k}), c_w(DType::F32, {n, p.top_k});
       ops::moe_route(c_ids, c_w, host_logits, bias, p);
       EXPECT_TRUE(same_bytes(g_ids, c_ids));
-      expect_close(strf("graph moe_route %s %s logits weights", r.what, dtype_name(dt)), g_w, c_w,
-                   1e-5);
+      expect_close(
+          strf("graph moe_route %s %s logits weights", r.what, std::string(dtype_name(dt)).c_str()),
+          g_w, c_w, 1e-5);
     }
   }
 }
@@ -188,7 +192,8 @@ TEST(CudaGraph, Fp8LinearPaddingHasNoMemset) {
   const LinearWeight lw{dw, ds};
   for (DType xdt : {DType::BF16, DType::F32})
     for (DType ydt : {DType::BF16, DType::F32}) {
-      SCOPED_TRACE(strf("x %s, y %s", dtype_name(xdt), dtype_name(ydt)));
+      SCOPED_TRACE(strf("x %s, y %s", std::string(dtype_name(xdt)).c_str(),
+                        std::string(dtype_name(ydt)).c_str()));
       const Buffer x = rand_f32({n, in});
       DeviceBuffer dx = upload(x, xdt), y = poisoned(ydt, {n, out});
       ops::linear(y, dx, lw);
@@ -199,11 +204,14 @@ TEST(CudaGraph, Fp8LinearPaddingHasNoMemset) {
       ASSERT_FALSE(HasFatalFailure());
       const GraphNodes nodes = g.nodes();
       std::printf("GRAPH fp8 linear [%lldx%lld]x[%lld] x %s y %s: %s\n", static_cast<long long>(n),
-                  static_cast<long long>(in), static_cast<long long>(out), dtype_name(xdt),
-                  dtype_name(ydt), nodes.summary().c_str());
+                  static_cast<long long>(in), static_cast<long long>(out),
+                  std::string(dtype_name(xdt)).c_str(), std::string(dtype_name(ydt)).c_str(),
+                  nodes.summary().c_str());
       EXPECT_EQ(nodes.memsets, 0) << nodes.summary();
       EXPECT_EQ(nodes.hosts, 0) << nodes.summary();
-      if (nodes.names_known()) EXPECT_EQ(nodes.kernels_named("quantize_act_kernel"), 1);
+      if (nodes.names_known()) {
+        EXPECT_EQ(nodes.kernels_named("quantize_act_kernel"), 1) << nodes.summary();
+      }
       cuda::fill_bytes(y, 0xff);
       ops::cuda::fill_scratch(0xff);  // the padding rows must not come from an earlier call
       g.replay();
