@@ -4,7 +4,7 @@
 //         dummy weights keep it so), the GEMM writes BF16 logits and moe_route's one fused kernel
 //         widens them to F32 for the scoring, the bias and the grouped top-k: no cast kernel
 //         between the two (ARCHITECTURE.md principle 2; tests/ops/test_cuda_graph counts the
-//         kernels).
+//         kernels). OSPREY_ROUTER_F32=1 keeps the gate F32 on the GPU (F32 logits, as before).
 //   CPU:  the oracle's weights are all F32 (load_weights_cpu) and cpu::linear writes F32, so its
 //         logits stay F32; cpu::moe_route also takes BF16 logits (widened exactly), which is how
 //         the tests build the CUDA path's twin: round the logits to BF16, then route.
