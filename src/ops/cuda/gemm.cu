@@ -32,8 +32,9 @@ constexpr int kGroupsPerBlock = 8;   // warps per block in quantize_act_kernel
 constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP8 matmul accepts
 
 // Rows [n, n_pad) are cuBLASLt's token padding: written here, in the same pass, as zero values with
-// scale 1 (their outputs are dropped; zeros keep them finite whatever the scratch held before), so
-// the padding needs no memset node.
+// scale 1, so the padding needs no memset node. Output token j reads only token j's column and
+// scales, so the padding never reaches y (its outputs are dropped); writing it keeps those columns
+// finite whatever the scratch held before (tests/ops/test_cuda_gemm fills the scratch with NaN).
 template <typename T>
 __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __restrict__ scales,
                                     const T* __restrict__ x, int64_t n, int64_t n_pad, int64_t in) {
