@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPU test binary — the CUDA twin tests (test_cuda_*) and the GPU goldens
 # (test_goldens_gpu) — and prints a summary table: per binary the result, tests
-# passed/failed/skipped and seconds, then each twin's measured error (the TWIN lines), the FP8 GEMM
+# passed/failed/skipped and seconds, then each twin's measured error (the TWIN lines), the graph
+# node counts (GRAPH lines of test_cuda_graph), the FP8 GEMM
 # path that ran, the sampling timings and any CPU/CUDA draw differences (PERF, SAMPLEDIFF lines of
 # test_cuda_sample and test_cuda_engine_sampler), and the goldens' errors (GPUGOLDEN lines). Full
 # logs go into the folder given.
@@ -36,6 +37,9 @@ done
   echo
   echo "== twin errors (rel_err = |out - ref| / |ref| against the CPU twin) =="
   cat "$log_dir"/test_cuda_*.log | grep -h '^TWIN' | sed 's/^TWIN //'
+  echo
+  echo "== CUDA graph node budgets (test_cuda_graph: what one captured call launches) =="
+  grep -h '^GRAPH' "$log_dir"/test_cuda_graph.log 2>/dev/null | sed 's/^GRAPH //'
   echo
   echo "== FP8 GEMM paths =="
   cat "$log_dir"/test_cuda_*.log | grep -h '^FP8PATH' | sort | uniq -c

@@ -43,6 +43,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 namespace cuda {
 
+namespace {
+thread_local void* t_stream = nullptr;  // cudaStream_t of this thread's ops; null: legacy default
+}  // namespace
+
+void* current_stream() {
+  return t_stream;
+}
+StreamScope::StreamScope(void* stream) : previous_(std::exchange(t_stream, stream)) {}
+StreamScope::~StreamScope() {
+  t_stream = previous_;
+}
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

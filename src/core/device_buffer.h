@@ -46,6 +46,22 @@ void synchronize();  // waits for the device; fails with the CUDA error if a ker
 DeviceBuffer to_device(Tensor host);
 // A host copy of a device tensor.
 Buffer to_host(Tensor dev);
+
+// The stream the CUDA ops of this thread launch on: the legacy default stream (null) unless a
+// StreamScope names another. The legacy stream cannot be captured into a CUDA graph; a capture
+// (tests/ops/cuda_graph_util.h, later the decode-step graph runner) runs the ops on its own
+// stream through a StreamScope. A cudaStream_t, kept opaque so that this header needs no CUDA.
+void* current_stream();
+class StreamScope {
+ public:
+  explicit StreamScope(void* stream);  // this thread's ops launch on `stream` until destroyed
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  void* previous_;
+};
 }  // namespace cuda
 
 }  // namespace osprey

@@ -10,6 +10,7 @@
 #include "model/dp_batch.h"
 #include "model/lockstep.h"
 #include "model/moe_dispatch.h"
+#include "model/moe_router.h"
 #include "ops/activation.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
@@ -447,11 +448,12 @@ void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) co
     return;
   }
   const int64_t T = x.size(0), D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
-  Tensor router_logits = alloc(DType::F32, {T, E});  // [n_tokens, E]
-  ops::linear(router_logits, x, LinearWeight{lw.router, {}});
+  // [n_tokens, E] in the gate weight's dtype: BF16 on CUDA, F32 on the CPU (model/moe_router.h)
+  Tensor router_logits = alloc(router_logits_dtype(lw.router), {T, E});
   Tensor ids = alloc(DType::I32, {T, K});  // [n_tokens, K]
   Tensor wts = alloc(DType::F32, {T, K});  // [n_tokens, K]
-  ops::moe_route(ids, wts, router_logits, lw.correction_bias, RouterParams::from_config(c));
+  moe_router(ids, wts, router_logits, x, lw.router, lw.correction_bias,
+             RouterParams::from_config(c));
   if (o.dump) {
     o.dump->put(stage(l, "router_logits"), router_logits);
     o.dump->put(stage(l, "topk_ids"), ids);

@@ -2,6 +2,7 @@
 // message.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "core/error.h"
@@ -21,9 +22,18 @@ namespace {
 Shape scale_shape(const Shape& s) {
   return {(s[0] + kFp8BlockSize - 1) / kFp8BlockSize, (s[1] + kFp8BlockSize - 1) / kFp8BlockSize};
 }
+// OSPREY_ROUTER_F32=1: the router's gate stays F32 on the GPU, so its logits are F32 too (the
+// before/after figure of the BF16 router logits for the accuracy gate and the goldens).
+bool router_f32() {
+  static const bool f32 = [] {
+    const char* e = std::getenv("OSPREY_ROUTER_F32");
+    return e && e[0] == '1';
+  }();
+  return f32;
+}
 bool stays_f32(WeightKind k) {
-  return k == WeightKind::Norm || k == WeightKind::NormBias || k == WeightKind::Router ||
-         k == WeightKind::CorrectionBias;
+  return k == WeightKind::Norm || k == WeightKind::NormBias || k == WeightKind::CorrectionBias ||
+         (k == WeightKind::Router && router_f32());
 }
 }  // namespace
 
@@ -107,7 +117,7 @@ ModelWeights make_dummy_weights_cuda(const ModelConfig& c, uint64_t seed, bool f
         t[spec.name] = {random(DType::F32, spec.shape, -0.01f, 0.01f), {}};
         break;
       case WeightKind::Router:
-        t[spec.name] = {random(DType::F32, spec.shape, -a, a), {}};
+        t[spec.name] = {random(router_f32() ? DType::F32 : DType::BF16, spec.shape, -a, a), {}};
         break;
       case WeightKind::Embedding:
         t[spec.name] = {random(DType::BF16, spec.shape, -1.0f, 1.0f), {}};

@@ -1,6 +1,8 @@
 // Mixture of experts: routing and the routed experts.
 //
-// Routing, per token (router_logits [n_tokens, E] = x·W_gateᵀ in F32):
+// Routing, per token (router_logits [n_tokens, E] = x·W_gateᵀ, F32 or BF16: the gate GEMM's output
+// in the gate weight's dtype, read as it is; the arithmetic below is F32 in both twins, a BF16
+// logit widened exactly; model/moe_router.h says which dtype each backend's model uses):
 //   s = softmax(logits) or sigmoid(logits) (scoring_func)
 //   greedy:               chosen = top-k of s
 //   group_limited_greedy: group score = max of s in the group; keep the topk_group best groups;

@@ -35,5 +35,9 @@ void scale(Tensor x, float s);
 // Fills t (F32, BF16 or F8_E4M3) with values uniform in [lo, hi) from a counter-based hash of
 // (seed, index): the same seed gives the same tensor. For dummy weights and benchmark inputs.
 void fill_uniform(Tensor t, uint64_t seed, float lo, float hi);
+// Fills every scratch slot allocated so far (ops/cuda/common.cuh's arena; not cuBLASLt's
+// workspace, whose contents cuBLASLt owns) with `byte`, synchronously. Tests: an op's result must
+// not depend on what its scratch held before (0xff = NaN in F32 and BF16, and in e4m3).
+void fill_scratch(int byte);
 }  // namespace cuda
 }  // namespace osprey::ops

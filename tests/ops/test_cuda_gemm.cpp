@@ -1,10 +1,14 @@
 // CUDA linear against the CPU twin on DeepSeek-V3.2 projection shapes: BF16 and F32 weights, and
 // FP8 e4m3 weights with 128×128 block scales through both CUDA paths (cuBLASLt block-scaled FP8,
-// and the dequantize + BF16 fallback).
+// and the dequantize + BF16 fallback), and that the block-scaled path's token padding does not
+// depend on what its scratch held.
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "cuda_test_util.h"
 #include "ops/gemm.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 namespace {
@@ -143,6 +147,48 @@ TEST(CudaOps, LinearFp8BlockScaled) {
 TEST(CudaOps, LinearFp8DequantFallback) {
   OSPREY_REQUIRE_GPU();
   run_fp8(false);
+}
+
+// cuBLASLt's block-scaled path pads the token count to a multiple of 16 in its scratch; the
+// quantisation kernel writes the padding rows itself (no memset), so the result cannot depend on
+// what the scratch held: with every scratch byte 0xff (NaN) before the call, and again with 0x00,
+// the outputs are bit-identical and match the CPU twin. Token counts 37, 100 and 1001 (padded to
+// 48, 112, 1008), and 64 (no padding) as a control.
+TEST(CudaOps, LinearFp8BlockScaledIgnoresScratchGarbage) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(false);  // the swap-AB kernel (no padding) would take small n
+  const Shape3 shapes[] = {{37, 1536, 7168, "q_a_proj"},
+                           {100, 2048, 7168, "expert gate"},
+                           {1001, 7168, 2048, "expert down"},
+                           {37, 7168, 16384, "o_proj"},
+                           {64, 576, 7168, "kv_a_proj"}};
+  for (const Shape3& s : shapes) {
+    Fp8Weight f = random_fp8(s.out, s.in);
+    DeviceBuffer dw = cuda::to_device(f.w), ds = cuda::to_device(f.scale);
+    const Buffer x = quantizable_x(s.n, s.in);
+    Buffer ref(DType::F32, {s.n, s.out});
+    ops::linear(ref, x, LinearWeight{f.w, f.scale});
+    for (DType ydt : {DType::F32, DType::BF16}) {
+      DeviceBuffer dx = upload(x, DType::BF16), y = poisoned(ydt, {s.n, s.out});
+      ops::linear(y, dx, LinearWeight{dw, ds});  // grows the scratch to this shape
+      Buffer runs[2];
+      for (int byte : {0xff, 0x00}) {
+        ops::cuda::fill_scratch(byte);
+        cuda::fill_bytes(y, 0xff);
+        ops::linear(y, dx, LinearWeight{dw, ds});
+        ASSERT_STREQ(ops::cuda::last_fp8_gemm_path(), "cublasLt-fp8-blockscaled") << s.what;
+        runs[byte ? 0 : 1] = download(y);
+      }
+      const bool same =
+          runs[0].view().nbytes() == runs[1].view().nbytes() &&
+          std::memcmp(runs[0].view().data, runs[1].view().data, runs[0].view().nbytes()) == 0;
+      EXPECT_TRUE(same) << label("scratch 0xff vs 0x00", s);
+      // Exact x: only the accumulation order and the output rounding differ from the CPU.
+      expect_close(label("fp8 lt garbage-scratch", s) + (ydt == DType::F32 ? " y F32" : " y BF16"),
+                   runs[0], ref, ydt == DType::F32 ? 2e-3 : 1e-2);
+    }
+  }
+  ops::cuda::set_fp8_swapab(true);
 }
 
 }  // namespace

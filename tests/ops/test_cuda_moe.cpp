@@ -1,6 +1,7 @@
 // CUDA MoE twins against the CPU twins: DeepSeek-V3.2 routing (256 experts, top-8, 8 groups, top-4
-// groups, sigmoid + correction bias, noaux_tc, renormalised, × 2.5) and the V2-style variants; the
-// grouped experts' routing permutation and tile schedule (exactly the host reference); the grouped
+// groups, sigmoid + correction bias, noaux_tc, renormalised, × 2.5; F32 and BF16 logits), Kimi-K2
+// (384 experts, one group) and the V2-style variants; the grouped experts' routing permutation
+// and tile schedule (exactly the host reference); the grouped
 // experts with BF16 and FP8 (e4m3, 128×128 block scales) weights at V3.2's widths (hidden 7168,
 // expert FFN 2048; 16 distinct experts, top-8, 1, 64 and 4,999 tokens, uniform and skewed
 // routing), 256 experts routed by V3.2's router at smaller widths, and widths that are not
@@ -22,13 +23,21 @@ namespace osprey {
 namespace {
 using namespace testing;
 
-void route_case(const RouterParams& p, DType logit_dt, const char* what) {
-  const int64_t n = 200;
+// BF16 logits (the CUDA model's gate output): the CPU twin routes the same BF16 tensor (widened
+// exactly: round to BF16, then the F32 routing). F32 logits: the CPU twin routes the F32 values.
+void route_case(const RouterParams& p, DType logit_dt, const char* what, int64_t n = 200) {
   Buffer logits = rand_f32({n, p.n_experts}, -4, 4), bias = rand_f32({p.n_experts}, -0.1f, 0.1f);
   round_bf16(logits);
+  Buffer host_logits(logit_dt, {n, p.n_experts});  // the values of `logits`, in logit_dt
+  for (int64_t i = 0; i < logits.numel(); ++i) {
+    if (logit_dt == DType::BF16)
+      host_logits.ptr<uint16_t>()[i] = f32_to_bf16(logits.f32()[i]);
+    else
+      host_logits.f32()[i] = logits.f32()[i];
+  }
   Buffer ids(DType::I32, {n, p.top_k}), wts(DType::F32, {n, p.top_k});
-  ops::moe_route(ids, wts, logits, bias, p);
-  DeviceBuffer dl = upload(logits, logit_dt), db = upload(bias);
+  ops::moe_route(ids, wts, host_logits, bias, p);
+  DeviceBuffer dl = cuda::to_device(host_logits), db = upload(bias);
   DeviceBuffer d_ids = poisoned(DType::I32, {n, p.top_k}), d_w = poisoned(DType::F32, {n, p.top_k});
   ops::moe_route(d_ids, d_w, dl, db, p);
   cuda::synchronize();
@@ -55,6 +64,10 @@ TEST(CudaOps, MoeRoute) {
   RouterParams v3{256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f};
   route_case(v3, DType::F32, "moe_route V3 noaux_tc F32 logits");
   route_case(v3, DType::BF16, "moe_route V3 noaux_tc BF16 logits");
+  route_case(v3, DType::BF16, "moe_route V3 noaux_tc BF16 logits, 1 token", 1);
+  route_case(v3, DType::BF16, "moe_route V3 noaux_tc BF16 logits, 4999 tok", 4999);
+  RouterParams kimi{384, 8, 1, 1, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.827f};
+  route_case(kimi, DType::BF16, "moe_route Kimi-K2 noaux_tc BF16 logits");
   RouterParams v2{160, 6, 8, 3, ScoringFunc::Softmax, TopkMethod::GroupLimitedGreedy, false, 16.0f};
   route_case(v2, DType::BF16, "moe_route V2 group_limited softmax");
   RouterParams lite{64, 6, 1, 1, ScoringFunc::Softmax, TopkMethod::Greedy, false, 1.0f};

@@ -270,6 +270,53 @@ TEST(OpsCpu, MoeRouteNoauxTcKeepsOnlyTheBestGroups) {
   EXPECT_NEAR(w.f32()[1], 1.0f, 1e-6f);
 }
 
+// BF16 router logits (the CUDA model's gate output) route exactly as the same values in F32: the
+// CPU twin of BF16 routing is "round the logits to BF16, then the F32 routing". V3.2's router
+// (256 experts, 8 groups, top-4 groups, top-8, sigmoid + bias, × 2.5), Kimi-K2's (384 experts,
+// one group, top-8, × 2.827) and V2-Lite's (64, greedy softmax top-6).
+TEST(OpsCpu, MoeRouteBf16LogitsRouteAsTheirF32Values) {
+  const RouterParams routers[] = {
+      {256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f},
+      {384, 8, 1, 1, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.827f},
+      {64, 6, 1, 1, ScoringFunc::Softmax, TopkMethod::Greedy, false, 1.0f}};
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> logit(-4.0f, 4.0f), bias_d(-0.1f, 0.1f);
+  for (const RouterParams& p : routers) {
+    SCOPED_TRACE(p.n_experts);
+    const int64_t n = 64, E = p.n_experts, K = p.top_k;
+    Buffer b16(DType::BF16, {n, E}), f32(DType::F32, {n, E}), bias(DType::F32, {E});
+    for (int64_t i = 0; i < n * E; ++i) {
+      b16.ptr<uint16_t>()[i] = f32_to_bf16(logit(gen));
+      f32.f32()[i] = bf16_to_f32(b16.ptr<uint16_t>()[i]);
+    }
+    for (int64_t e = 0; e < E; ++e) bias.f32()[e] = bias_d(gen);
+    Buffer ids_a(DType::I32, {n, K}), w_a(DType::F32, {n, K});
+    Buffer ids_b(DType::I32, {n, K}), w_b(DType::F32, {n, K});
+    ops::moe_route(ids_a, w_a, b16, bias, p);
+    ops::moe_route(ids_b, w_b, f32, bias, p);
+    EXPECT_EQ(std::memcmp(ids_a.view().data, ids_b.view().data, size_t(n * K) * sizeof(int32_t)),
+              0);
+    EXPECT_EQ(std::memcmp(w_a.view().data, w_b.view().data, size_t(n * K) * sizeof(float)), 0);
+    // The weights are real routing weights: each token's sum is routed_scaling_factor when
+    // renormalised, and the ids are distinct experts in range.
+    for (int64_t t = 0; t < n; ++t) {
+      std::set<int32_t> distinct(ids_a.ptr<int32_t>() + t * K, ids_a.ptr<int32_t>() + (t + 1) * K);
+      EXPECT_EQ(int64_t(distinct.size()), K);
+      EXPECT_GE(*distinct.begin(), 0);
+      EXPECT_LT(*distinct.rbegin(), E);
+      if (p.norm_topk_prob) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < K; ++i) sum += w_a.f32()[t * K + i];
+        EXPECT_NEAR(sum, p.routed_scaling_factor, 1e-5);
+      }
+    }
+  }
+  // Any other logit dtype is refused with a message.
+  Buffer i32(DType::I32, {1, 64}), ids(DType::I32, {1, 6}), w(DType::F32, {1, 6});
+  const RouterParams lite{64, 6, 1, 1, ScoringFunc::Softmax, TopkMethod::Greedy, false, 1.0f};
+  EXPECT_DEATH(ops::moe_route(ids, w, i32, Tensor{}, lite), "router_logits must be F32 or BF16");
+}
+
 // Checks the properties moe_schedule.h promises, computed here without the reference's code.
 void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what,
                         int tile_rows = kMoeTileRows) {

@@ -1,4 +1,7 @@
 // CPU MoE: routing per token in F32, then each expert runs once over the tokens routed to it.
+// router_logits F32 (the CPU model's: its weights are F32) or BF16 (the CUDA model's dtype): a BF16
+// row is widened to F32 (exact) and routed as an F32 row, so routing BF16 logits is the same as
+// rounding F32 logits to BF16 and routing those.
 #include "ops/moe.h"
 
 #include <algorithm>
@@ -33,12 +36,22 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
   const int E = p.n_experts, K = p.top_k, G = p.n_group, per_group = E / G;
   OSPREY_CHECK(router_logits.size(1) == E && topk_ids.size(1) == K && topk_weights.size(1) == K,
                "moe_route shapes");
+  OSPREY_CHECK(router_logits.dtype == DType::F32 || router_logits.dtype == DType::BF16,
+               "moe_route: router_logits must be F32 or BF16, got ",
+               dtype_name(router_logits.dtype));
   const bool use_bias = p.method == TopkMethod::NoauxTc;
   OSPREY_CHECK(!use_bias || correction_bias.numel() == E, "noaux_tc needs the correction bias");
   std::vector<float> s(static_cast<size_t>(E)), choice(static_cast<size_t>(E)),
-      group_score(static_cast<size_t>(G));
+      group_score(static_cast<size_t>(G)), widened(static_cast<size_t>(E));  // [E] each
   for (int64_t t = 0; t < n; ++t) {
-    const float* l = router_logits.f32() + t * E;
+    const float* l = nullptr;  // [E] token t's logits in F32
+    if (router_logits.dtype == DType::F32) {
+      l = router_logits.f32() + t * E;
+    } else {
+      const uint16_t* b = router_logits.ptr<uint16_t>() + t * E;
+      for (int e = 0; e < E; ++e) widened[size_t(e)] = bf16_to_f32(b[e]);
+      l = widened.data();
+    }
     if (p.scoring == ScoringFunc::Softmax) {
       float mx = kNegInf;
       for (int e = 0; e < E; ++e) mx = std::max(mx, l[e]);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -110,9 +111,10 @@ inline bool is_f32_or_bf16(DType d) {
 bool device_is_sm90();
 int sm_count();
 
-// The stream every op runs on (the legacy default stream for now).
+// The stream every op runs on: the legacy default stream unless a cuda::StreamScope on this thread
+// names another (core/device_buffer.h; a CUDA graph capture runs the ops on its own stream).
 inline cudaStream_t stream() {
-  return nullptr;
+  return static_cast<cudaStream_t>(::osprey::cuda::current_stream());
 }
 
 // Scratch memory: one grow-only device allocation per slot, reused across calls. Growing

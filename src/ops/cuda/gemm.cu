@@ -7,16 +7,17 @@
 //     x is quantized by quantize_act_kernel per 1×128 group: s = amax/448, q = e4m3(x / s), scales
 //     stored [in/128, n] (n contiguous, cuBLASLt's VEC128 layout); then cuBLASLt's block-scaled FP8
 //     matmul (A scale mode BLK128x128_32F, B scale mode VEC128_32F, Hopper only).
-//     The token count is padded to a multiple of 16 (zero rows), which cuBLASLt needs for this
-//     mode. If cuBLASLt refuses that mode (no algorithm), or the shape is outside the verified set
-//     (see fp8_block_scaled), the fallback dequantizes W to BF16 (dequant_kernel) and runs the BF16
+//     The token count is padded to a multiple of 16 (zero rows with scale 1, written by
+//     quantize_act_kernel itself: no memset), which cuBLASLt needs for this mode. If cuBLASLt
+//     refuses that mode (no algorithm), or the shape is outside the verified set (see
+//     fp8_block_scaled), the fallback dequantizes W to BF16 (dequant_kernel) and runs the BF16
 //     GEMM. last_fp8_gemm_path() says which ran. Few tokens (n ≤ 32, K a multiple of 128, on
 //     sm_90; fp8_swapab_serves): osprey's own weight-streaming W8A8 kernel (gemm/fp8_swapab.cu)
 //     instead: x quantised per 1×128 (scales [n, K/128], row-major), y written directly in its
 //     dtype, no padding.
 // x, y: F32 or BF16.
-// Grids: quantize_act_kernel [n, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values a
-// lane); dequant_kernel grid-stride over W's elements.
+// Grids: quantize_act_kernel [n_pad, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values
+// a lane); dequant_kernel grid-stride over W's elements.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
@@ -30,20 +31,25 @@ const char* g_last_path = "none";
 constexpr int kGroupsPerBlock = 8;   // warps per block in quantize_act_kernel
 constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP8 matmul accepts
 
+// Rows [n, n_pad) are cuBLASLt's token padding: written here, in the same pass, as zero values with
+// scale 1, so the padding needs no memset node. Output token j reads only token j's column and
+// scales, so the padding never reaches y (its outputs are dropped); writing it keeps those columns
+// finite whatever the scratch held before (tests/ops/test_cuda_gemm fills the scratch with NaN).
 template <typename T>
 __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __restrict__ scales,
-                                    const T* __restrict__ x, int64_t n, int64_t in) {
+                                    const T* __restrict__ x, int64_t n, int64_t n_pad, int64_t in) {
   const int64_t row = blockIdx.x;
   const int64_t g = int64_t(blockIdx.y) * kGroupsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   const int64_t n_groups = (in + kFp8BlockSize - 1) / kFp8BlockSize;
   if (g >= n_groups) return;
+  const bool pad = row >= n;
   float v[4];
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t c = g * kFp8BlockSize + i * 32 + lane;
-    v[i] = c < in ? to_f32(x[row * in + c]) : 0.0f;
+    v[i] = !pad && c < in ? to_f32(x[row * in + c]) : 0.0f;
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
@@ -53,7 +59,7 @@ __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __rest
     const int64_t c = g * kFp8BlockSize + i * 32 + lane;
     if (c < in) q[row * in + c] = __nv_fp8_e4m3(v[i] / s);  // saturating (satfinite) conversion
   }
-  if (lane == 0) scales[g * n + row] = s;
+  if (lane == 0) scales[g * n_pad + row] = s;
 }
 
 __global__ void dequant_kernel(bf16* __restrict__ out, const __nv_fp8_e4m3* __restrict__ w,
@@ -114,20 +120,18 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
       out < 4 * kFp8BlockSize || out % 64 != 0)
     return false;
   // cuBLASLt's block-scaled mode refuses token counts that are not a multiple of 16 (seen on the
-  // H200 with n = 5, 37): pad the quantized rows with zeros (scale 1) and drop the padded outputs.
+  // H200 with n = 5, 37): the quantisation pads the rows with zeros (scale 1) in its own pass, and
+  // the padded outputs are dropped.
   const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
-  auto* q = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n_pad * in)));
+  auto* q = static_cast<__nv_fp8_e4m3*>(
+      scratch(kScratchGemmX, size_t(n_pad * in)));  // [n_pad, in] e4m3, rows ≥ n zero
   const int64_t n_groups = in / kFp8BlockSize;
-  auto* s =
-      static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
-  if (n_pad != n) {
-    OSPREY_CUDA_CHECK(cudaMemsetAsync(q + n * in, 0, size_t((n_pad - n) * in), stream()));
-    OSPREY_CUDA_CHECK(cudaMemsetAsync(s, 0, size_t(n_groups * n_pad) * sizeof(float), stream()));
-  }
+  auto* s = static_cast<float*>(scratch(
+      kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));  // [in/128, n_pad], pad 1
   OSPREY_DISPATCH_FLOAT(x.dtype, T, {
-    const dim3 grid(unsigned(n), unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
+    const dim3 grid(unsigned(n_pad), unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
     quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
-        q, s, static_cast<const T*>(x.data), n_pad, in);
+        q, s, static_cast<const T*>(x.data), n, n_pad, in);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
   LtOperand a{w.weight.data,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/tensor_ops.h"
 
 namespace osprey::ops::cuda {
 
@@ -41,6 +42,14 @@ void* scratch(ScratchSlot slot, size_t bytes) {
     fail("out of GPU memory for ", bytes, " bytes of scratch: ", cudaGetErrorString(e));
   a.size[slot] = bytes;
   return a.ptr[slot];
+}
+
+void fill_scratch(int byte) {
+  const Arena& a = arena();
+  for (int slot = 0; slot < kScratchCount; ++slot)
+    if (a.ptr[slot] && slot != kScratchLtWorkspace)  // cuBLASLt's own between its calls
+      OSPREY_CUDA_CHECK(cudaMemset(a.ptr[slot], byte, a.size[slot]));
+  OSPREY_CUDA_CHECK(cudaDeviceSynchronize());  // done before work on any stream reads it
 }
 
 cublasLtHandle_t lt_handle() {

@@ -424,7 +424,10 @@ bool g_enabled = [] {
   return !(e && e[0] == '0');
 }();
 
-// The split-K tile counters: zeroed once when (re)allocated; every launch leaves them zero.
+// The split-K tile counters: zeroed once when (re)allocated; every launch leaves them zero. The
+// cudaMemset below is that one-time fill at allocation, outside any step: it runs on the first call
+// of a shape needing more counters than allocated (an eager call, as every growth of the scratch
+// arena is; a CUDA graph is captured after its shapes ran once), never as a node of a step.
 int* split_counters(size_t n) {
   static std::mutex mu;
   static int* buf = nullptr;

@@ -1,0 +1,157 @@
+// Capturing a call into a CUDA graph and reading what it launched: the kernel, memset, memcpy and
+// host nodes (cudaGraphGetNodes), with each kernel's name. The budget tests of a step's pieces
+// (tests/ops/test_cuda_graph.cpp) hold these counts, so that an added cast kernel or memset fails.
+// The ops run on a non-blocking stream of the test's own through cuda::StreamScope (the legacy
+// default stream cannot be captured). A call that grows scratch or synchronises cannot be captured:
+// run it once eagerly first (warm_up), as a graph runner does.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device_buffer.h"
+
+namespace osprey::testing {
+
+#define OSPREY_CUDA_OK(expr)                                                   \
+  do {                                                                         \
+    const cudaError_t e_ = (expr);                                             \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorName(e_) << " " \
+                               << cudaGetErrorString(e_);                      \
+  } while (0)
+
+struct GraphNodes {
+  int kernels = 0, memsets = 0, memcpys = 0, hosts = 0, others = 0;
+  std::vector<std::string> kernel_names;  // mangled; "?" where the driver gave none
+  // Whether the driver named the kernels (checks by name are skipped, with a note, if not).
+  bool names_known() const {
+    for (const std::string& n : kernel_names)
+      if (n != "?") return true;
+    return false;
+  }
+  int kernels_named(const std::string& part) const {
+    int k = 0;
+    for (const std::string& n : kernel_names) k += n.find(part) != std::string::npos;
+    return k;
+  }
+  std::string summary() const {
+    std::string s = std::to_string(kernels) + " kernels, " + std::to_string(memsets) +
+                    " memsets, " + std::to_string(memcpys) + " memcpys, " + std::to_string(hosts) +
+                    " host nodes, " + std::to_string(others) + " other";
+    for (const std::string& n : kernel_names) s += "\n    kernel " + n;
+    return s;
+  }
+};
+
+// The kernel a graph node launches, by name. Through the driver API (a node holds a CUfunction, or
+// a CUkernel when func is null, as the runtime's context-independent loading makes), reached with
+// cudaGetDriverEntryPointByVersion so that the binary does not link libcuda (it must load, and
+// skip, on a machine without the driver).
+template <typename F>
+F driver_entry(const char* symbol, unsigned version) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(f);
+}
+inline std::string kernel_node_name(cudaGraphNode_t node) {
+  static const auto get_params =
+      driver_entry<PFN_cuGraphKernelNodeGetParams_v12000>("cuGraphKernelNodeGetParams", 12000);
+  static const auto func_name = driver_entry<PFN_cuFuncGetName_v12030>("cuFuncGetName", 12030);
+  static const auto kernel_name =
+      driver_entry<PFN_cuKernelGetName_v12030>("cuKernelGetName", 12030);
+  CUDA_KERNEL_NODE_PARAMS_v2 p{};
+  if (!get_params || get_params(node, &p) != CUDA_SUCCESS) return "?";
+  const char* name = nullptr;
+  if (p.func && func_name) {
+    if (func_name(&name, p.func) != CUDA_SUCCESS) name = nullptr;
+  } else if (p.kern && kernel_name) {
+    if (kernel_name(&name, p.kern) != CUDA_SUCCESS) name = nullptr;
+  }
+  return name ? std::string(name) : std::string("?");
+}
+
+// A captured graph and its instantiation, destroyed together.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  ~CapturedGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  // Captures f() (ops launched on this graph's stream) and instantiates the graph. Failures are
+  // test failures (ASSERT inside: check HasFatalFailure() after).
+  template <typename F>
+  void capture(F&& f) {
+    OSPREY_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    {
+      cuda::StreamScope scope(stream_);
+      OSPREY_CUDA_OK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      std::forward<F>(f)();
+      const cudaError_t e = cudaStreamEndCapture(stream_, &graph_);
+      ASSERT_EQ(e, cudaSuccess)
+          << "capture failed (a synchronising or legacy-stream call inside?): "
+          << cudaGetErrorString(e);
+    }
+    OSPREY_CUDA_OK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+
+  GraphNodes nodes() const {
+    GraphNodes g;
+    size_t n = 0;
+    if (cudaGraphGetNodes(graph_, nullptr, &n) != cudaSuccess) return g;
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (cudaGraphGetNodes(graph_, nodes.data(), &n) != cudaSuccess) return g;
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType t{};
+      cudaGraphNodeGetType(node, &t);
+      switch (t) {
+        case cudaGraphNodeTypeKernel:
+          ++g.kernels;
+          g.kernel_names.push_back(kernel_node_name(node));
+          break;
+        case cudaGraphNodeTypeMemset:
+          ++g.memsets;
+          break;
+        case cudaGraphNodeTypeMemcpy:
+          ++g.memcpys;
+          break;
+        case cudaGraphNodeTypeHost:
+          ++g.hosts;
+          break;
+        default:
+          ++g.others;
+      }
+    }
+    return g;
+  }
+
+  // Replays the graph once and waits for it. Work on the legacy stream (uploads, fills) is waited
+  // for first: this graph's stream does not wait for it by itself.
+  void replay() {
+    OSPREY_CUDA_OK(cudaDeviceSynchronize());
+    OSPREY_CUDA_OK(cudaGraphLaunch(exec_, stream_));
+    OSPREY_CUDA_OK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace osprey::testing
