@@ -458,6 +458,7 @@ void Engine::commit_launched(Launched& l, const std::vector<SampleResult>& resul
     for (int i = 0; i < e.num_tokens; ++i)
       if (e.start + i < int(e.seq->prompt.size())) ++counters_.prompt_tokens_total;
     if (!e.sample) continue;
+    if (e.seq->finished()) ++counters_.async_discarded_tokens;
     emitted.push_back({e.seq, sampled.size(), {results[sampled.size()].token}});
     before.push_back(e.seq->output.size());
     sampled.push_back(results[sampled.size()].token);

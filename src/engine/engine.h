@@ -130,6 +130,9 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   int64_t spec_verifies = 0;
+  // Async scheduling: tokens sampled for a sequence that had finished (a stop token or string, an
+  // abort) after the step was launched; dropped, never emitted.
+  int64_t async_discarded_tokens = 0;
   StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
