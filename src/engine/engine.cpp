@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 
 #include "core/error.h"
 #include "engine/spec_verify.h"
@@ -390,12 +389,16 @@ std::vector<RequestOutput> Engine::step_async() {
     // The pending inputs are the tokens the step just sampled (one step in flight at most).
     if (!inputs->pending_inputs().empty()) {
       OSPREY_CHECK(in_flight_, "pending inputs without a step in flight");
-      std::map<const Sequence*, size_t> row_of;  // the sampled rows of the step in flight
+      // The sampled rows of the step in flight by sequence (sorted for the look-ups).
+      std::vector<std::pair<const Sequence*, size_t>> row_of;
       for (const ScheduledSeq& e : in_flight_->plan.seqs)
-        if (e.sample) row_of.emplace(e.seq, row_of.size());
+        if (e.sample) row_of.emplace_back(e.seq, row_of.size());
+      std::sort(row_of.begin(), row_of.end());
       for (const StepInputs::PendingInput& p : inputs->pending_inputs()) {
-        const auto it = row_of.find(p.seq);
-        OSPREY_CHECK(it != row_of.end() && p.seq->num_pending == 1, "sequence ", p.seq->id,
+        const auto it = std::lower_bound(row_of.begin(), row_of.end(),
+                                         std::pair<const Sequence*, size_t>(p.seq, 0));
+        OSPREY_CHECK(it != row_of.end() && it->first == p.seq && p.seq->num_pending == 1,
+                     "sequence ", p.seq->id,
                      ": a pending input the step in flight does not sample");
         inputs->set_token(p.token_index, results[it->second].token);
       }

@@ -10,13 +10,28 @@ StepExecutor::StepExecutor(bool worker) {
 
 StepExecutor::~StepExecutor() {
   if (!worker_.joinable()) return;
+  if (in_flight_) {
+    try {
+      wait();
+    } catch (...) {  // the engine is going away: nothing can use the error
+    }
+  }
   {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !in_flight_ || done_; });
+    std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   worker_.join();
+}
+
+bool StepExecutor::spin_for(State want) const {
+  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(kSpinSeconds));
+  while (state_.load() != want) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 void StepExecutor::launch(std::function<void()> job) {
@@ -32,21 +47,27 @@ void StepExecutor::launch(std::function<void()> job) {
     finished_ = Clock::now();
     return;
   }
-  {
+  job_ = std::move(job);
+  state_.store(kPosted);
+  // The worker either sees kPosted before it sleeps, or has said it sleeps (seq_cst order).
+  if (worker_sleeping_.load()) {
     std::lock_guard<std::mutex> lk(mu_);
-    job_ = std::move(job);
-    done_ = false;
+    cv_.notify_all();
   }
-  cv_.notify_all();
 }
 
 void StepExecutor::wait() {
   if (!in_flight_) return;
   if (worker_.joinable()) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return done_; });
+    if (!spin_for(kDone)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      engine_sleeping_.store(true);
+      cv_.wait(lk, [&] { return state_.load() == kDone; });
+      engine_sleeping_.store(false);
+    }
     started_ = job_started_;
     finished_ = job_finished_;
+    state_.store(kIdle);
   }
   in_flight_ = false;
   if (error_) {
@@ -58,30 +79,28 @@ void StepExecutor::wait() {
 
 void StepExecutor::loop() {
   for (;;) {
-    std::function<void()> job;
-    {
+    if (!spin_for(kPosted)) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || job_; });
-      if (stop_) return;
-      job = std::move(job_);
-      job_ = nullptr;
+      worker_sleeping_.store(true);
+      cv_.wait(lk, [&] { return stop_.load() || state_.load() == kPosted; });
+      worker_sleeping_.store(false);
+      if (stop_.load()) return;
     }
+    std::function<void()> job = std::move(job_);
+    job_ = nullptr;
     const Clock::time_point t0 = Clock::now();
-    std::exception_ptr error;
     try {
       job();
     } catch (...) {
-      error = std::current_exception();
+      error_ = std::current_exception();
     }
-    const Clock::time_point t1 = Clock::now();
-    {
+    job_started_ = t0;
+    job_finished_ = Clock::now();
+    state_.store(kDone);
+    if (engine_sleeping_.load()) {
       std::lock_guard<std::mutex> lk(mu_);
-      job_started_ = t0;
-      job_finished_ = t1;
-      error_ = error;
-      done_ = true;
+      cv_.notify_all();
     }
-    cv_.notify_all();
   }
 }
 
