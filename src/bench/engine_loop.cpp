@@ -77,9 +77,12 @@ LoopResult run_loop(const DeepseekModel& model, const EngineLoopOptions& o, int 
 
 }  // namespace
 
-void run_engine_loop(const DeepseekModel& model, const EngineLoopOptions& o) {
+void run_engine_loop(DeepseekModel& model, const EngineLoopOptions& o) {
   if (o.iters < 1 || o.warmup < 0) fail("--iters must be at least 1 and --warmup at least 0");
   const ModelConfig& c = model.config();
+  // As the server does: steps whose Σ seq_lens passes one sequence's length run absorbed (the
+  // expanded path's memory grows with it).
+  model.set_max_expanded_kv_rows(o.context + o.warmup + o.iters + 2);
   if (o.context + o.warmup + o.iters + 2 > c.max_position_embeddings)
     fail("--context ", o.context,
          " + the decode steps exceeds the model's max_position_embeddings (",

@@ -4,7 +4,7 @@
 // start to launch, the wait for the previous step excluded), the device's idle gap between steps
 // (previous step's ids back to this forward's start), the device's busy time and the wall time
 // per step, and whether the two loops gave the same tokens (greedy). Runs on the model's device
-// (CPU or CUDA).
+// (CPU or CUDA). Sets the model's max_expanded_kv_rows to one request's length, as serve does.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,6 @@ struct EngineLoopOptions {
   uint64_t seed = 0;
 };
 
-void run_engine_loop(const DeepseekModel& model, const EngineLoopOptions& o);
+void run_engine_loop(DeepseekModel& model, const EngineLoopOptions& o);
 
 }  // namespace osprey::bench
