@@ -192,6 +192,9 @@ class Engine {
   };
   // A step launched on the executor whose tokens are not committed yet (async scheduling).
   struct Launched {
+    // User-provided: clang sees a nested class with member initializers as not yet
+    // default-constructible inside its enclosing class (std::optional::emplace).
+    Launched() {}
     StepPlan plan;
     StepShape shape;
     StepRecord record;
