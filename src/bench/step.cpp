@@ -6,11 +6,12 @@
 #include <numeric>
 #include <random>
 
-#include "model/step_cost.h"
+#include "bench/engine_loop.h"
 #include "core/error.h"
 #include "model/greedy.h"
 #include "model/make_model.h"
 #include "model/safetensors.h"
+#include "model/step_cost.h"
 
 #ifdef OSPREY_WITH_CUDA
 #include "core/device_buffer.h"
@@ -20,9 +21,28 @@
 
 namespace osprey::bench {
 
+namespace {
+EngineLoopOptions engine_loop_options(const StepOptions& o) {
+  EngineLoopOptions e;
+  e.batches = o.batches;
+  e.context = o.context;
+  e.warmup = o.warmup;
+  e.iters = o.iters;
+  e.seed = o.seed;
+  return e;
+}
+}  // namespace
+
 #ifndef OSPREY_WITH_CUDA
-void run_step_benchmark(const StepOptions&) {
-  fail("osprey bench step needs the CUDA backend: rebuild where nvcc is installed");
+void run_step_benchmark(const StepOptions& o) {
+  if (!o.engine_loop || o.model_dir.empty())
+    fail(
+        "osprey bench step needs the CUDA backend: rebuild where nvcc is installed (without it "
+        "only --engine-loop --model DIR runs, on the CPU)");
+  const std::unique_ptr<DeepseekModel> model = load_model_cpu(o.model_dir);
+  std::printf("model: %s on the CPU, %d layers\n", o.model_dir.c_str(),
+              model->config().num_hidden_layers);
+  run_engine_loop(*model, engine_loop_options(o));
 }
 #else
 
@@ -160,6 +180,7 @@ void run_step_benchmark(const StepOptions& o) {
         "accepted length L (tokens per verify), MTP decoding gives L tokens per verify step + %d "
         "MTP layer steps)\n",
         o.spec_tokens, o.spec_tokens);
+  if (o.engine_loop) run_engine_loop(model, engine_loop_options(o));
 }
 
 #endif

@@ -1,6 +1,6 @@
 // `osprey bench step`: times one model's prefill and decode steps on the GPU (CUDA events, warm-up,
 // median of many) and prints achieved GB/s and TFLOP/s beside the card's ceilings measured in the
-// same run (BENCHMARKS.md).
+// same run (BENCHMARKS.md); --engine-loop adds the engine loop's host time and idle gap per step.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,10 @@ struct StepOptions {
   // > 0: also time, at each batch size, a speculative verify step: every sequence brings its
   // token + spec_tokens drafts (s_q = 1 + K on the decode path, logits of every row).
   int spec_tokens = 0;
+  // Also run the decode steps through the engine loop with async scheduling on and off
+  // (bench/engine_loop.h): host time per step, the device's idle gap, identical tokens. The one
+  // part that runs without CUDA (with --model, on the CPU).
+  bool engine_loop = false;
 };
 
 void run_step_benchmark(const StepOptions& o);

@@ -208,6 +208,11 @@ void add_step(CLI::App& bench) {
   sub->add_option("--seed", a->seed, "random weights, cache contents and tokens")
       ->capture_default_str();
   sub->add_flag("!--bf16", a->fp8, "dummy weights: BF16 linears instead of FP8");
+  sub->add_flag("--engine-loop", a->engine_loop,
+                "also decode --iters steps of --batch requests (prompts of --context tokens) "
+                "through the engine with async scheduling on and off: host time per step, the "
+                "device's idle gap, identical tokens (without CUDA: this part alone, --model DIR "
+                "on the CPU)");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
                   "latent KV cache: auto (BF16) | bf16 | fp8 (DeepSeek's fp8_ds_mla format)")
       ->capture_default_str();

@@ -49,6 +49,7 @@ struct Args {
   size_t max_request_bytes = size_t(16) << 20, max_queued = 4096;
   bool no_prefix_caching = false, enable_log_requests = false, disable_log_stats = false;
   bool enable_auto_tool_choice = false;
+  bool async_scheduling = true;
   uint64_t seed = 0;
   double shutdown_timeout_s = 10, log_stats_interval_s = 10;
 };
@@ -291,6 +292,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.enable_prefix_caching = !a.no_prefix_caching;
   ec.seed = a.seed;
   ec.speculative = spec;
+  ec.async_scheduling = a.async_scheduling;
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
@@ -406,6 +408,10 @@ void register_cmd(CLI::App& app) {
                   "requests waiting beyond the batch before 503");
   sub->add_option("--io-threads", a->io_threads, "HTTP I/O threads (default 2)");
   sub->add_flag("--no-enable-prefix-caching", a->no_prefix_caching, "turn prefix caching off");
+  sub->add_flag("--async-scheduling,!--no-async-scheduling", a->async_scheduling,
+                "schedule and build step N+1 while step N runs (default on; the same outputs "
+                "as the synchronous loop; synchronous anyway with --speculative-config or a "
+                "parallel model)");
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "on SIGTERM/SIGINT, seconds the requests in flight get to finish before they "

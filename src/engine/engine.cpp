@@ -112,15 +112,19 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
       cache_(model.make_cache(pool_.n_blocks(), spec_.enabled())),
       step_model_(make_step_time_model(model)),
       scheduler_(sched_cfg_, pool_, &step_model_),
-      inputs_(sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
-              (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
-              sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens)),
       drafter_(spec_.enabled() ? std::make_unique<MtpDrafter>(model, spec_.num_speculative_tokens,
                                                               sched_cfg_.max_num_batched_tokens,
                                                               sched_cfg_.max_num_seqs)
                                : nullptr),
       decoders_(std::move(decoders)),
-      seed_rng_(cfg.seed ? cfg.seed : std::random_device{}()) {}
+      seed_rng_(cfg.seed ? cfg.seed : std::random_device{}()),
+      executor_(cfg.async_scheduling && !spec_.enabled() && !model.parallel()) {
+  for (int i = 0; i < (executor_.has_worker() ? 2 : 1); ++i)
+    inputs_[i] = std::make_unique<StepInputs>(
+        sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
+        (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
+        sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens));
+}
 
 void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   const ModelConfig& mc = model_.config();
@@ -225,26 +229,27 @@ RequestOutput Engine::take_output(Live& l) {
   return out;
 }
 
+namespace {
+double seconds_between(StepExecutor::Clock::time_point a, StepExecutor::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
 std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> outputs;
   for (uint64_t id : aborted_) {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
     scheduler_.finish(it->second.seq.get(), FinishReason::Abort);
   }
   aborted_.clear();
+  return executor_.has_worker() ? step_async() : step_sync();
+}
 
-  const auto t0 = std::chrono::steady_clock::now();
+std::vector<RequestOutput> Engine::step_sync() {
+  const auto t0 = Clock::now();
   const StepPlan plan = scheduler_.schedule();
-  // Per sampled plan entry: its sequence, first sample row, and the tokens it emits.
-  struct Emitted {
-    Sequence* seq;
-    size_t first_row;
-    std::vector<int32_t> tokens;
-  };
   std::vector<Emitted> emitted;
   std::vector<SampleResult> results;
-  std::vector<Sequence*> sampled_seqs;
   StepShape shape;
   StepRecord record;
   if (!plan.empty()) {
@@ -260,7 +265,7 @@ std::vector<RequestOutput> Engine::step() {
         }
       drafter_->extend(seqs, want, cache_);
     }
-    const ForwardBatch& batch = inputs_.build(plan);
+    const ForwardBatch& batch = inputs_[0]->build(plan);
     // [num_sampled, vocab] on the model's device: sampled there, only the ids come back.
     const int64_t vocab = model_.config().vocab_size;
     if (logits_.empty() || logits_.view().size(0) < plan.num_sampled)
@@ -269,7 +274,11 @@ std::vector<RequestOutput> Engine::step() {
     const Tensor logits = logits_.view().rows(0, plan.num_sampled);
     ForwardOptions fo;
     if (drafter_) fo.hidden_out = drafter_->main_hidden(batch.attn.n_tokens);
-    model_.forward(batch, cache_, logits, fo);
+    const auto t_launch = Clock::now();
+    record.host_seconds = seconds_between(t0, t_launch);
+    if (device_waiting_) record.device_idle_seconds = seconds_between(last_sampled_, t_launch);
+    executor_.launch([&] { model_.forward(batch, cache_, logits, fo); });
+    executor_.wait();
     std::vector<SamplingRow> rows;
     // Verify rows see the output as it would be with the drafts before them accepted: their
     // step counter (the uniform's index), min_tokens and penalties (rebuilt, without a state key)
@@ -295,6 +304,7 @@ std::vector<RequestOutput> Engine::step() {
       }
     }
     sampler_.sample(logits, rows, &results);
+    last_sampled_ = Clock::now();
     std::vector<MtpDrafter::Kept> kept;
     size_t k = 0;
     for (const ScheduledSeq& e : plan.seqs) {
@@ -344,7 +354,133 @@ std::vector<RequestOutput> Engine::step() {
     }
     ++counters_.steps;
   }
+  emit_tokens(emitted, results);
+  counters_.last_step_seconds = seconds_between(t0, Clock::now());
+  if (!plan.empty()) {
+    record.seconds = counters_.last_step_seconds;
+    record_step(record, shape);
+  }
+  std::vector<RequestOutput> outputs = collect_outputs();
+  device_waiting_ = !plan.empty() ? has_unfinished() : device_waiting_ && has_unfinished();
+  return outputs;
+}
+
+std::vector<RequestOutput> Engine::step_async() {
+  const auto t0 = Clock::now();
+  std::optional<Launched> next;
+  StepInputs* inputs = nullptr;
+  const ForwardBatch* batch = nullptr;
+  if (StepPlan plan = scheduler_.schedule(); !plan.empty()) {
+    next.emplace();
+    next->plan = std::move(plan);
+    next->shape = step_shape(next->plan);
+    next->record.predicted_seconds = step_model_.predict(next->shape);
+    inputs = inputs_[next_inputs_].get();
+    batch = &inputs->build(next->plan);
+  }
+  auto t_resume = Clock::now();  // the host's part after the wait starts here
+  const double build_seconds = seconds_between(t0, t_resume);
+  std::vector<SampleResult> results;
+  if (in_flight_) {
+    sample_launched(*in_flight_, &results);
+    t_resume = Clock::now();
+  }
+  if (next) {
+    // The pending inputs are the tokens the step just sampled (one step in flight at most).
+    if (!inputs->pending_inputs().empty()) {
+      OSPREY_CHECK(in_flight_, "pending inputs without a step in flight");
+      // The sampled rows of the step in flight by sequence (sorted for the look-ups).
+      std::vector<std::pair<const Sequence*, size_t>> row_of;
+      for (const ScheduledSeq& e : in_flight_->plan.seqs)
+        if (e.sample) row_of.emplace_back(e.seq, row_of.size());
+      std::sort(row_of.begin(), row_of.end());
+      for (const StepInputs::PendingInput& p : inputs->pending_inputs()) {
+        const auto it = std::lower_bound(row_of.begin(), row_of.end(),
+                                         std::pair<const Sequence*, size_t>(p.seq, 0));
+        OSPREY_CHECK(it != row_of.end() && it->first == p.seq && p.seq->num_pending == 1,
+                     "sequence ", p.seq->id,
+                     ": a pending input the step in flight does not sample");
+        inputs->set_token(p.token_index, results[it->second].token);
+      }
+    }
+    scheduler_.launch(next->plan);
+    const int64_t vocab = model_.config().vocab_size;
+    if (logits_.empty() || logits_.view().size(0) < next->plan.num_sampled)
+      logits_ =
+          Storage(model_.device(), DType::F32,
+                  {std::max<int64_t>(next->plan.num_sampled, sched_cfg_.max_num_seqs), vocab});
+    const Tensor logits = logits_.view().rows(0, next->plan.num_sampled);
+    next->follows = in_flight_.has_value() || device_waiting_;
+    next->prev_sampled = last_sampled_;
+    executor_.launch([this, batch, logits] { model_.forward(*batch, cache_, logits); });
+    next->record.host_seconds = build_seconds + seconds_between(t_resume, Clock::now());
+    next_inputs_ ^= 1;
+  }
+  if (in_flight_) {
+    commit_launched(*in_flight_, results);
+    retired_.clear();  // nothing launched later names a finished sequence
+  }
+  in_flight_ = std::move(next);
+  std::vector<RequestOutput> outputs = collect_outputs();
+  if (in_flight_ && live_.empty()) {
+    // Every sequence of the step in flight is done: its tokens would all be dropped.
+    executor_.wait();
+    in_flight_.reset();
+    retired_.clear();
+  }
+  device_waiting_ = in_flight_.has_value() || (device_waiting_ && has_unfinished());
+  return outputs;
+}
+
+void Engine::sample_launched(Launched& l, std::vector<SampleResult>* results) {
+  executor_.wait();
+  const auto t0 = Clock::now();
+  if (l.follows)
+    l.record.device_idle_seconds =
+        std::max(0.0, seconds_between(l.prev_sampled, executor_.started()));
+  std::vector<SamplingRow> rows;
+  const int eos = model_.config().eos_token_id;
+  for (const ScheduledSeq& e : l.plan.seqs) {
+    if (!e.sample) continue;
+    const Sequence& s = *e.seq;
+    // A sequence finished since the launch is sampled without state (its token is dropped).
+    rows.push_back(
+        {&s.params, &s.prompt, &s.output, s.seed, eos, s.finished() ? 0 : sampler_key(s)});
+  }
+  sampler_.sample(logits_.view().rows(0, l.plan.num_sampled), rows, results);
+  last_sampled_ = Clock::now();
+  l.sample_seconds = seconds_between(t0, last_sampled_);
+  l.record.seconds = seconds_between(executor_.started(), executor_.finished()) + l.sample_seconds;
+}
+
+void Engine::commit_launched(Launched& l, const std::vector<SampleResult>& results) {
+  std::vector<Emitted> emitted;
+  std::vector<int32_t> sampled;
+  std::vector<size_t> before;  // output length before commit
+  for (const ScheduledSeq& e : l.plan.seqs) {
+    for (int i = 0; i < e.num_tokens; ++i)
+      if (e.start + i < int(e.seq->prompt.size())) ++counters_.prompt_tokens_total;
+    if (!e.sample) continue;
+    if (e.seq->finished()) ++counters_.async_discarded_tokens;
+    emitted.push_back({e.seq, sampled.size(), {results[sampled.size()].token}});
+    before.push_back(e.seq->output.size());
+    sampled.push_back(results[sampled.size()].token);
+  }
+  scheduler_.commit(l.plan, sampled);
+  for (size_t i = 0; i < emitted.size(); ++i) {
+    emitted[i].tokens.resize(emitted[i].seq->output.size() - before[i]);
+    counters_.generation_tokens_total += int64_t(emitted[i].tokens.size());
+  }
+  ++counters_.steps;
+  emit_tokens(emitted, results);
+  counters_.last_step_seconds = l.record.seconds;
+  record_step(l.record, l.shape);
+}
+
+void Engine::emit_tokens(const std::vector<Emitted>& emitted,
+                         const std::vector<SampleResult>& results) {
   for (const Emitted& em : emitted) {
+    if (em.tokens.empty()) continue;
     Live& l = live_.at(em.seq->id);
     for (size_t j = 0; j < em.tokens.size(); ++j) {
       const bool last = j + 1 == em.tokens.size();
@@ -357,24 +493,25 @@ std::vector<RequestOutput> Engine::step() {
       }
     }
   }
-  counters_.last_step_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!plan.empty()) {
-    step_model_.calibrate(shape, counters_.last_step_seconds);
-    record.seconds = counters_.last_step_seconds;
-    record.num_decodes = int(shape.decode_contexts.size());
-    for (int64_t c : shape.decode_contexts) record.decode_context_tokens += c;
-    record.num_chunks = int(shape.chunks.size());
-    for (const PrefillChunk& c : shape.chunks) {
-      record.prefill_tokens += c.tokens;
-      record.prefill_start_tokens += c.start;
-    }
-    record.kind = record.num_chunks == 0    ? StepKind::Decode
-                  : record.num_decodes == 0 ? StepKind::Prefill
-                                            : StepKind::Mixed;
-    counters_.last_step = record;
-  }
+}
 
+void Engine::record_step(StepRecord record, const StepShape& shape) {
+  step_model_.calibrate(shape, record.seconds);
+  record.num_decodes = int(shape.decode_contexts.size());
+  for (int64_t c : shape.decode_contexts) record.decode_context_tokens += c;
+  record.num_chunks = int(shape.chunks.size());
+  for (const PrefillChunk& c : shape.chunks) {
+    record.prefill_tokens += c.tokens;
+    record.prefill_start_tokens += c.start;
+  }
+  record.kind = record.num_chunks == 0    ? StepKind::Decode
+                : record.num_decodes == 0 ? StepKind::Prefill
+                                          : StepKind::Mixed;
+  counters_.last_step = record;
+}
+
+std::vector<RequestOutput> Engine::collect_outputs() {
+  std::vector<RequestOutput> outputs;
   for (auto it = live_.begin(); it != live_.end();) {
     Live& l = it->second;
     if (!l.pending.new_tokens.empty() || l.seq->finished()) outputs.push_back(take_output(l));
@@ -382,6 +519,7 @@ std::vector<RequestOutput> Engine::step() {
       counters_.num_preemptions += l.seq->num_preemptions;
       sampler_.release(sampler_key(*l.seq));
       if (drafter_) drafter_->release(*l.seq);
+      if (in_flight_) retired_.push_back(std::move(l.seq));  // the step in flight may name it
       it = live_.erase(it);
     } else {
       ++it;

@@ -6,13 +6,29 @@
 // lengthens the drafts of the scheduled decodes; the forward verifies them (1 + K sampled rows per
 // decode, engine/spec_verify.h); MtpDrafter::catch_up runs the MTP layer over the kept positions
 // and proposes the next first drafts; commit_verified keeps the accepted tokens.
-// Engine is single-threaded (it owns all model state); AsyncEngine runs it on its own thread
-// behind a submission queue and per-request output streams (engine/async_engine.h).
+// Async scheduling (EngineConfig::async_scheduling, on by default; vLLM's async scheduling,
+// SGLang's overlap scheduler): step() launches the forward of step N+1 on the StepExecutor's
+// worker and commits step N while it runs, so scheduling, the step-input build, commit, text
+// deltas and stop strings are off the device's critical path:
+//   schedule N+1 (N's tokens pending) → build N+1 → wait for forward N → sample N → write N's
+//   tokens into N+1's pending inputs → launch forward N+1 → commit N, text, outputs of N.
+// Sampling still reads each sequence's committed output (through N − 1, as the synchronous
+// loop), so outputs are the same token for token. A sequence that finishes at N (a stop token,
+// a stop string, an abort) while step N+1 holds it gets nothing from N+1: that token is dropped,
+// never emitted, and its KV blocks were freed at N's commit (N+1's write into them lands before
+// any later step can reuse them: steps run in order). One that max_tokens or max_model_len ends at
+// N is not scheduled at N+1. With speculative decoding or a parallel model the loop stays
+// synchronous (MTP's drafts for N+1 need N's tokens on the host; the lockstep publisher is not
+// driven from a second thread).
+// Engine is single-threaded (it owns all model state; only the forward runs on the executor's
+// worker); AsyncEngine runs it on its own thread behind a submission queue and per-request output
+// streams (engine/async_engine.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +38,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/speculative_config.h"
+#include "engine/step_executor.h"
 #include "engine/step_inputs.h"
 #include "engine/text_decoder.h"
 #include "kv/block_pool.h"
@@ -41,6 +58,10 @@ struct EngineConfig {
   SpeculativeConfig speculative;  // off unless set (the model needs its MTP layer)
   TokenBudgetPolicy token_budget_policy = TokenBudgetPolicy::Fixed;  // scheduler.h
   double target_step_ms = 0;  // StepTime's target (0: automatic, see SchedulerConfig)
+  // Schedule and build step N+1 while step N runs (see above). On by default: the outputs are
+  // the same as the synchronous loop's and the host's work leaves the device's critical path.
+  // Ignored (synchronous) with speculative decoding or a parallel model.
+  bool async_scheduling = true;
 };
 
 // One engine step's shape and time, as /metrics reports them by kind.
@@ -52,8 +73,18 @@ enum class StepKind {
 const char* step_kind_name(StepKind k);  // "decode", "mixed", "prefill"
 struct StepRecord {
   StepKind kind = StepKind::Decode;
-  double seconds = 0;            // measured, scheduling to commit
+  // Measured: synchronous, scheduling to commit; async scheduling, the device's busy time
+  // (forward start to end on the executor + sampling).
+  double seconds = 0;
   double predicted_seconds = 0;  // the step-time model's prediction before it ran
+  // Host time on the critical path before the launch: schedule + build (+ writing the pending
+  // inputs and the hand-over to the executor with async scheduling), excluding the wait for the
+  // previous step and its sampling.
+  double host_seconds = 0;
+  // The device's idle gap before this step: from the previous step's sampled ids arriving to this
+  // step's forward starting. −1 when the device had nothing queued before (the first step after
+  // an idle engine).
+  double device_idle_seconds = -1;
   int num_decodes = 0;
   int64_t decode_context_tokens = 0;  // Σ over the decodes of their context
   int num_chunks = 0;
@@ -99,6 +130,9 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   int64_t spec_verifies = 0;
+  // Async scheduling: tokens sampled for a sequence that had finished (a stop token or string, an
+  // abort) after the step was launched; dropped, never emitted.
+  int64_t async_discarded_tokens = 0;
   StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
@@ -132,6 +166,8 @@ class Engine {
   const StepTimeModel& step_time_model() const { return step_model_; }
   int max_model_len() const { return sched_cfg_.max_model_len; }
   const SpeculativeConfig& speculative() const { return spec_; }
+  // Whether steps overlap (EngineConfig::async_scheduling where it applies).
+  bool async_scheduling() const { return executor_.has_worker(); }
 
  private:
   struct Live {
@@ -147,6 +183,38 @@ class Engine {
   bool check_stop_strings(Live& l);
   RequestOutput take_output(Live& l);
 
+  using Clock = StepExecutor::Clock;
+  // Per sampled plan entry: its sequence, first sample row, and the tokens it emits.
+  struct Emitted {
+    Sequence* seq;
+    size_t first_row;
+    std::vector<int32_t> tokens;
+  };
+  // A step launched on the executor whose tokens are not committed yet (async scheduling).
+  struct Launched {
+    // User-provided: clang sees a nested class with member initializers as not yet
+    // default-constructible inside its enclosing class (std::optional::emplace).
+    Launched() {}
+    StepPlan plan;
+    StepShape shape;
+    StepRecord record;
+    bool follows = false;            // launched right after the previous step was sampled
+    Clock::time_point prev_sampled;  // when that previous step's ids arrived
+    double sample_seconds = 0;       // its own sampling, once sampled
+  };
+  std::vector<RequestOutput> step_sync();
+  std::vector<RequestOutput> step_async();
+  // Waits for the launched step's forward and samples its rows into *results.
+  void sample_launched(Launched& l, std::vector<SampleResult>* results);
+  // Commits the launched step's sampled tokens, emits them and records the step.
+  void commit_launched(Launched& l, const std::vector<SampleResult>& results);
+  // The committed tokens into each request's pending output (text, stop strings).
+  void emit_tokens(const std::vector<Emitted>& emitted, const std::vector<SampleResult>& results);
+  // Fills the shape fields and kind of a finished step's record; calibrates; keeps it as last.
+  void record_step(StepRecord record, const StepShape& shape);
+  // The outputs of every request that advanced or finished; finished requests are dropped.
+  std::vector<RequestOutput> collect_outputs();
+
   const DeepseekModel& model_;
   SpeculativeConfig spec_;
   SchedulerConfig sched_cfg_;
@@ -154,7 +222,10 @@ class Engine {
   PagedKVCache cache_;
   StepTimeModel step_model_;  // before scheduler_, which reads it
   Scheduler scheduler_;
-  StepInputs inputs_;
+  // Step inputs: [0] for the synchronous loop; with async scheduling [0] and [1] alternate (the
+  // step in flight reads one while the next is built into the other).
+  std::unique_ptr<StepInputs> inputs_[2];
+  int next_inputs_ = 0;
   Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
   Sampler sampler_;
   std::unique_ptr<MtpDrafter> drafter_;  // speculative decoding only
@@ -164,6 +235,12 @@ class Engine {
   std::map<uint64_t, Live> live_;
   std::vector<uint64_t> aborted_;
   EngineStats counters_;
+  std::optional<Launched> in_flight_;  // async scheduling: the step on the executor
+  // Finished sequences the step in flight may still name (kept until it is committed).
+  std::vector<std::unique_ptr<Sequence>> retired_;
+  Clock::time_point last_sampled_;  // when the last step's sampled ids arrived
+  bool device_waiting_ = false;     // the device idles since then for the host, not for work
+  StepExecutor executor_;           // last: its destructor waits for the step in flight
 };
 
 }  // namespace osprey

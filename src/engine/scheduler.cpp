@@ -113,7 +113,8 @@ void Scheduler::cache_full_blocks(Sequence* s) {
   if (!cfg_.enable_prefix_caching) return;
   const int bs = cfg_.block_size;
   std::vector<int32_t> toks(static_cast<size_t>(bs));
-  for (size_t i = s->hashes.size(); int(i + 1) * bs <= s->num_computed; ++i) {
+  const int upto = std::min(s->num_computed, s->num_known());
+  for (size_t i = s->hashes.size(); int(i + 1) * bs <= upto; ++i) {
     for (int j = 0; j < bs; ++j) toks[size_t(j)] = s->token(int(i) * bs + j);
     const BlockHash h = hash_block(i ? s->hashes[i - 1] : 0, toks);
     pool_.register_cached(s->blocks[i], h);
@@ -152,6 +153,9 @@ StepPlan Scheduler::schedule() {
   for (Sequence* s : order) {
     if (s->status != SeqStatus::Running) continue;  // preempted earlier in this loop
     if (budget <= 0) break;
+    if (s->num_pending > 0 && (int(s->output.size()) + s->num_pending >= s->params.max_tokens ||
+                               s->num_tokens() >= cfg_.max_model_len))
+      continue;  // its pending token ends it by length (at commit)
     const int n_draft = drafts_for(s);
     const int left = s->num_tokens() - s->num_computed;
     const int n = std::min({left, budget, left == 1 ? budget : prefill_left}) + n_draft;
@@ -179,6 +183,7 @@ StepPlan Scheduler::schedule() {
   while (!preempted && !waiting_.empty() && budget > 0 && prefill_left > 0 &&
          int(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
+    if (s->num_pending > 0) break;  // preempted while its token is sampled: after commit
     admit_prefix(s);
     const int n = std::min({s->num_tokens() - s->num_computed, budget, prefill_left});
     if (!grow(s, s->num_computed + n)) {
@@ -195,6 +200,16 @@ StepPlan Scheduler::schedule() {
     prefill_left -= n;
   }
   return plan;
+}
+
+void Scheduler::launch(StepPlan& plan) {
+  OSPREY_CHECK(!plan.launched, "the plan was launched already");
+  for (const ScheduledSeq& e : plan.seqs) {
+    OSPREY_CHECK(e.num_draft == 0, "async scheduling does not verify drafts");
+    e.seq->num_computed = e.start + e.num_tokens;
+    if (e.sample) ++e.seq->num_pending;
+  }
+  plan.launched = true;
 }
 
 std::vector<Sequence*> Scheduler::commit(const StepPlan& plan,
@@ -219,11 +234,20 @@ std::vector<Sequence*> Scheduler::commit_verified(
       OSPREY_CHECK(!toks->empty() && int(toks->size()) <= 1 + e.num_draft, toks->size(),
                    " tokens emitted by an entry verifying ", e.num_draft, " drafts");
     }
-    if (s->finished()) continue;  // aborted while the step ran
+    if (plan.launched && e.sample) {
+      OSPREY_CHECK(s->num_pending > 0, "sequence ", s->id, " has no pending token to commit");
+      --s->num_pending;
+    }
+    if (s->finished()) continue;  // aborted or stopped while the step ran: its tokens are dropped
+    // Preempted while the (launched) step ran: its tokens stand, its cache entries are gone.
+    const bool preempted = s->status == SeqStatus::Waiting;
+    OSPREY_CHECK(!preempted || plan.launched, "sequence ", s->id, " preempted inside its step");
     s->draft.clear();
     if (!toks) {
-      s->num_computed = e.start + e.num_tokens;
-      cache_full_blocks(s);
+      if (!preempted) {
+        s->num_computed = std::max(s->num_computed, e.start + e.num_tokens);
+        cache_full_blocks(s);
+      }
       continue;
     }
     // The accepted drafts' cache entries are kept; the rejected ones' positions roll back.
@@ -240,12 +264,15 @@ std::vector<Sequence*> Scheduler::commit_verified(
       }
       if (r == FinishReason::Stop) s->stop_token = tok;
       if (r == FinishReason::None &&
-          (int(s->output.size()) >= p.max_tokens || s->num_tokens() >= cfg_.max_model_len))
+          (int(s->output.size()) >= p.max_tokens || s->num_known() >= cfg_.max_model_len))
         r = FinishReason::Length;
       if (r != FinishReason::None) break;  // the tokens after it are dropped
     }
-    s->num_computed = std::min(computed, s->num_tokens());
-    cache_full_blocks(s);
+    if (!preempted) {
+      // A launched plan's later steps may have counted further positions already (never fewer).
+      s->num_computed = std::max(s->num_computed, std::min(computed, s->num_tokens()));
+      cache_full_blocks(s);
+    }
     if (r != FinishReason::None) {
       finish(s, r);
       done.push_back(s);

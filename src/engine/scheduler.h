@@ -14,6 +14,13 @@
 // counted in the token budget, within max_model_len and max_tokens); commit_verified() then keeps
 // the accepted prefix and rolls the rest back (num_computed stops after the last accepted token,
 // so the rejected positions' cache entries are rewritten before anything reads them).
+// Async scheduling (engine/engine.h): launch() marks a plan in flight before its tokens are
+// known: its entries' positions count as computed and each sampled entry adds a pending token
+// (Sequence::num_pending), so the next schedule() plans the decodes after them. A sequence whose
+// pending tokens will end it by length is not scheduled again; one that ends otherwise (a stop
+// token, a stop string, an abort) while a later step holds it is finished at commit and that
+// step's token for it is dropped there. A sequence preempted while a launched step held it keeps
+// that step's tokens (they are the true next tokens) and is recomputed from its prompt later.
 // The token budget of prompt chunks follows SchedulerConfig::token_budget_policy: Fixed fills
 // whatever max_num_batched_tokens leaves after the decodes (vLLM's chunked-prefill budget);
 // StepTime caps the step's prompt tokens so its predicted time (engine/step_time_model.h) stays
@@ -63,7 +70,8 @@ struct ScheduledSeq {
 struct StepPlan {
   std::vector<ScheduledSeq> seqs;  // decodes first, then prefills
   int num_tokens = 0;
-  int num_sampled = 0;  // logit rows: 1 + num_draft per entry with sample
+  int num_sampled = 0;    // logit rows: 1 + num_draft per entry with sample
+  bool launched = false;  // Scheduler::launch marked it in flight (async scheduling)
   bool empty() const { return seqs.empty(); }
 };
 
@@ -78,9 +86,14 @@ class Scheduler {
 
   void add(Sequence* seq);
   StepPlan schedule();
+  // Async scheduling: the plan runs now, its tokens arrive later (at commit). Its positions count
+  // as computed and each sampled entry holds a pending token until commit. No drafts.
+  void launch(StepPlan& plan);
   // After the step ran: the computed tokens enter the cache (full blocks become reusable
   // prefixes); sampled tokens are appended and stop conditions checked. `sampled` holds one token
   // per plan entry with sample == true, in plan order. Returns the sequences that finished.
+  // A sequence finished since the plan was made gets nothing; one preempted since (a launched
+  // plan) gets its tokens but keeps no cache entries.
   std::vector<Sequence*> commit(const StepPlan& plan, const std::vector<int32_t>& sampled);
   // commit() for steps that verified drafts: emitted[i] holds the tokens the i-th entry with
   // sample == true produced (1 to 1 + num_draft: the accepted drafts, then the token sampled after
@@ -98,8 +111,8 @@ class Scheduler {
   int blocks_needed(int tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
   bool grow(Sequence* s, int tokens);  // allocate blocks to hold `tokens`; false if none left
   void preempt(Sequence* s);
-  void admit_prefix(Sequence* s);  // reuse cached blocks for a leading run of full blocks
-  void cache_full_blocks(Sequence* s);
+  void admit_prefix(Sequence* s);       // reuse cached blocks for a leading run of full blocks
+  void cache_full_blocks(Sequence* s);  // the full blocks of known, computed tokens
   void remove_running(Sequence* s);
   // The prompt tokens this step may take (order: running, decodes first).
   int prefill_token_cap(const std::vector<Sequence*>& order) const;

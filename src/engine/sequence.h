@@ -36,8 +36,16 @@ struct Sequence {
   // Speculative decoding: the draft tokens proposed for positions num_tokens()... (the MTP
   // layer's greedy guesses), verified by the next step that schedules them.
   std::vector<int32_t> draft;
+  // Async scheduling (engine/step_executor.h): tokens sampled by launched steps whose values have
+  // not arrived yet. They follow `output` (positions num_known()...) and count in num_tokens(),
+  // so the next step can be scheduled while they are sampled; Scheduler::commit appends them.
+  int num_pending = 0;
 
-  int num_tokens() const { return int(prompt.size() + output.size()); }
+  // Tokens including the pending ones (the length the scheduler plans with).
+  int num_tokens() const { return num_known() + num_pending; }
+  // Tokens whose values are known: the prompt and the output so far.
+  int num_known() const { return int(prompt.size() + output.size()); }
+  // The token at position i < num_known().
   int32_t token(int i) const {
     return i < int(prompt.size()) ? prompt[size_t(i)] : output[size_t(i) - prompt.size()];
   }

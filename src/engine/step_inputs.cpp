@@ -23,6 +23,18 @@ StepInputs::StepInputs(int max_num_batched_tokens, int max_num_seqs, int max_blo
       logits_indices_(DType::I32, {max_logit_rows_}),
       rows_(static_cast<size_t>(max_num_seqs)) {}
 
+namespace {
+// The id a pending input holds until set_token writes it (a valid id: a batch run with it by
+// mistake computes garbage for that row, never reads out of bounds).
+constexpr int32_t kPendingToken = 0;
+}  // namespace
+
+void StepInputs::set_token(int token_index, int32_t id) {
+  OSPREY_CHECK(token_index >= 0 && token_index < prev_tokens_, "token index ", token_index,
+               " outside the last batch of ", prev_tokens_);
+  token_ids_.ptr<int32_t>()[token_index] = id;
+}
+
 const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   const int n_seqs = int(plan.seqs.size());
   OSPREY_CHECK(
@@ -39,6 +51,7 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   int32_t* sample = logits_indices_.ptr<int32_t>();
   last_table_writes = 0;
   last_tail_resets = 0;
+  pending_inputs_.clear();
 
   int t = 0, n_sample = 0, max_q = 0;
   bool spec_decode = n_seqs > 0;
@@ -50,15 +63,22 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
     qsl[r] = t;
     lens[r] = e.start + e.num_tokens;
     max_q = std::max(max_q, e.num_tokens);
-    const int known = s.num_tokens();
+    const int known = s.num_known(), planned = s.num_tokens();  // planned: with the pending
     OSPREY_CHECK(
-        e.num_draft <= int(s.draft.size()) && e.start + e.num_tokens - e.num_draft <= known,
+        e.num_draft <= int(s.draft.size()) && e.start + e.num_tokens - e.num_draft <= planned,
         "sequence ", s.id, ": ", e.num_draft, " drafts scheduled, ", s.draft.size(), " held");
-    // A decode: the one known token not yet computed, then the drafts.
-    spec_decode = spec_decode && e.num_tokens == 1 + e.num_draft && e.start + 1 == known;
+    // A decode: the one token not yet computed, then the drafts.
+    spec_decode = spec_decode && e.num_tokens == 1 + e.num_draft && e.start + 1 == planned;
     for (int i = 0; i < e.num_tokens; ++i, ++t) {
       const int p = e.start + i;
-      tok[t] = p < known ? s.token(p) : s.draft[size_t(p - known)];
+      if (p < known) {
+        tok[t] = s.token(p);
+      } else if (p < planned) {
+        tok[t] = kPendingToken;
+        pending_inputs_.push_back({t, &s});
+      } else {
+        tok[t] = s.draft[size_t(p - planned)];
+      }
       pos[t] = p;
       req[t] = r;
       slot[t] = int64_t(s.blocks[size_t(p / block_size_)]) * block_size_ + p % block_size_;

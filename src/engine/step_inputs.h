@@ -10,7 +10,10 @@
 //   block_table     [max_num_seqs, max_blocks_per_seq] I32
 //   logits_indices  [max_logit_rows] I32 (the sampled rows: one per sampled sequence, 1 + K with
 //                   K drafts to verify; max_logit_rows defaults to max_num_seqs)
-// Draft tokens (ScheduledSeq::num_draft) come from Sequence::draft.
+// Draft tokens (ScheduledSeq::num_draft) come from Sequence::draft. Pending tokens (async
+// scheduling: sampled by the step in flight, Sequence::num_pending) get a placeholder id and are
+// listed in pending_inputs; the engine writes their ids with set_token once they arrive, before
+// the batch runs.
 // Each step writes only the live extent; block-table rows are rewritten only where the sequence in
 // that row or its block list changed (appended blocks are written alone). When the live extent
 // shrinks, the tail that was live last step is reset (token 0, position 0, slot −1, request row 0,
@@ -36,6 +39,15 @@ class StepInputs {
   // 1 + num_draft consecutive rows each (the known token's, then each draft's).
   const ForwardBatch& build(const StepPlan& plan);
 
+  // The tokens of the last build whose ids were not known (pending), in batch order.
+  struct PendingInput {
+    int token_index;  // into token_ids
+    const Sequence* seq;
+  };
+  const std::vector<PendingInput>& pending_inputs() const { return pending_inputs_; }
+  // Writes the id of a pending input of the last build (token_ids[token_index] = id).
+  void set_token(int token_index, int32_t id);
+
   // Counters for tests: block-table entries written by the last build, and tail entries reset.
   int64_t last_table_writes = 0;
   int64_t last_tail_resets = 0;
@@ -50,6 +62,7 @@ class StepInputs {
     size_t n_blocks = 0;
   };
   std::vector<Row> rows_;
+  std::vector<PendingInput> pending_inputs_;
   int prev_tokens_ = 0, prev_seqs_ = 0;
   ForwardBatch batch_;
 };

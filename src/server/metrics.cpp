@@ -58,6 +58,15 @@ std::vector<double> step_buckets() {
   for (int i = 0; i < kStepBuckets; ++i, v *= kStepBucketRatio) b.push_back(v);
   return b;
 }
+// Host-time and idle-gap buckets: 10% apart from 1 µs to past 1 s (150 bounds).
+constexpr double kHostBucketLow = 1e-6;
+constexpr int kHostBuckets = 150;
+std::vector<double> host_buckets() {
+  std::vector<double> b;
+  double v = kHostBucketLow;
+  for (int i = 0; i < kHostBuckets; ++i, v *= kStepBucketRatio) b.push_back(v);
+  return b;
+}
 constexpr StepKind kStepKinds[] = {StepKind::Decode, StepKind::Mixed, StepKind::Prefill};
 }  // namespace
 
@@ -67,7 +76,9 @@ Metrics::Metrics()
       itl_({0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
             0.075, 0.1,    0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1,    2.5}),
       e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {
-  for (size_t i = 0; i < std::size(kStepKinds); ++i) steps_.push_back({Histogram(step_buckets())});
+  for (size_t i = 0; i < std::size(kStepKinds); ++i)
+    steps_.push_back(
+        {Histogram(step_buckets()), Histogram(host_buckets()), Histogram(host_buckets())});
 }
 
 void Metrics::observe_ttft(double s) {
@@ -86,6 +97,8 @@ void Metrics::observe_step(const StepRecord& r) {
   std::lock_guard<std::mutex> lk(mu_);
   StepFamily& f = steps_[size_t(r.kind)];
   f.seconds.observe(r.seconds);
+  f.host.observe(r.host_seconds);
+  if (r.device_idle_seconds >= 0) f.idle.observe(r.device_idle_seconds);
   f.predicted_s += r.predicted_seconds;
   f.decode_seqs += r.num_decodes;
   f.decode_context += double(r.decode_context_tokens);
@@ -160,6 +173,23 @@ std::string Metrics::render(const EngineStats& s) const {
   for (StepKind k : kStepKinds)
     steps_[size_t(k)].seconds.render_samples(
         o, step, std::string("step_kind=\"") + step_kind_name(k) + "\"");
+  auto histogram_by_kind = [&](const std::string& name, const char* help,
+                               Histogram StepFamily::*field) {
+    o += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (StepKind k : kStepKinds)
+      (steps_[size_t(k)].*field)
+          .render_samples(o, name, std::string("step_kind=\"") + step_kind_name(k) + "\"");
+  };
+  histogram_by_kind("osprey_step_host_seconds",
+                    "Host time on the critical path before each step's launch (schedule and "
+                    "step-input build; with async scheduling also writing the pending inputs and "
+                    "the hand-over), by kind.",
+                    &StepFamily::host);
+  histogram_by_kind("osprey_step_device_idle_seconds",
+                    "The device's idle gap before each step: from the previous step's sampled ids "
+                    "arriving to this step's forward starting (steps that followed another), by "
+                    "kind.",
+                    &StepFamily::idle);
   auto by_kind = [&](const char* name, const char* help, double StepFamily::*field) {
     o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
     for (StepKind k : kStepKinds)

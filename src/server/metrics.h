@@ -12,7 +12,11 @@
 //   histograms osprey_time_to_first_token_seconds, osprey_inter_token_latency_seconds,
 //              osprey_e2e_request_latency_seconds,
 //              osprey_step_duration_seconds{step_kind="decode"|"mixed"|"prefill"} (fine buckets,
-//              10% apart, so a client can take medians and P99s of a run from two snapshots)
+//              10% apart, so a client can take medians and P99s of a run from two snapshots),
+//              osprey_step_host_seconds{step_kind} (the host's time on the critical path before
+//              each launch: schedule + build, engine.h StepRecord), and
+//              osprey_step_device_idle_seconds{step_kind} (the device's idle gap before each
+//              step: previous step's ids back → this forward's start), both 10% apart from 1 µs
 //   per step kind, counters of the steps' shapes (the roofline of the mean step, bench serve):
 //              osprey_step_decode_seqs_total, osprey_step_decode_context_tokens_total,
 //              osprey_step_prefill_chunks_total, osprey_step_prefill_tokens_total,
@@ -62,6 +66,8 @@ class Metrics {
   Histogram ttft_, itl_, e2e_;
   struct StepFamily {  // one step kind
     Histogram seconds;
+    Histogram host;  // host time before the launch (StepRecord::host_seconds)
+    Histogram idle;  // the device's idle gap before the step (when it had one)
     double predicted_s = 0;
     double decode_seqs = 0, decode_context = 0, chunks = 0, prefill_tokens = 0, prefill_start = 0;
   };

@@ -105,6 +105,9 @@ TEST(Engine, StepTimeBudgetMatchesAloneAndRecordsSteps) {
   cfg.target_step_ms = 1e-3;  // below any step: chunks of one block beside decodes
   expect_matches_alone(cfg);
 
+  // The record of each step() call's own step: the synchronous loop (with async scheduling a
+  // step is recorded by the call after it: test_async_scheduling.cpp).
+  cfg.async_scheduling = false;
   Engine e(model(), cfg);
   e.add_request(1, tokens(40, 7), greedy(4));
   e.step();  // prefill alone: the whole prompt (nothing waits on it)

@@ -284,3 +284,74 @@ TEST(SchedulerStepTime, PolicyNames) {
   EXPECT_EQ(parse_token_budget_policy("step-time"), TokenBudgetPolicy::StepTime);
   EXPECT_THROW(parse_token_budget_policy("fast"), Error);
 }
+
+// Async scheduling: a launched plan's sampled token is pending; the next plan decodes after it,
+// commit appends it; a sequence that max_tokens ends with its pending token is not planned again.
+TEST(SchedulerAsync, PlansPastThePendingTokenAndStopsAtMaxTokens) {
+  Harness h(cfg(64), 32);
+  Sequence* a = h.add(5, /*max_tokens=*/3);
+  StepPlan p1 = h.sched.schedule();  // prefill, samples output 0
+  h.sched.launch(p1);
+  EXPECT_EQ(a->num_pending, 1);
+  EXPECT_EQ(a->num_computed, 5);
+  EXPECT_EQ(a->num_tokens(), 6);
+  EXPECT_EQ(a->num_known(), 5);
+  StepPlan p2 = h.sched.schedule();  // decodes the pending token (position 5)
+  ASSERT_EQ(p2.seqs.size(), 1u);
+  EXPECT_EQ(p2.seqs[0].start, 5);
+  EXPECT_EQ(p2.seqs[0].num_tokens, 1);
+  EXPECT_TRUE(p2.seqs[0].sample);
+  h.sched.commit(p1, {7});
+  EXPECT_EQ(a->output, std::vector<int32_t>({7}));
+  EXPECT_EQ(a->num_pending, 0);
+  EXPECT_EQ(a->num_computed, 5);  // position 5 is p2's, not yet launched
+  h.sched.launch(p2);
+  StepPlan p3 = h.sched.schedule();  // output 1 pending: output 2 is the last
+  ASSERT_EQ(p3.seqs.size(), 1u);
+  h.sched.launch(p3);
+  EXPECT_EQ(a->num_pending, 2);
+  EXPECT_TRUE(h.sched.schedule().empty()) << "planned past max_tokens";
+  h.sched.commit(p2, {8});
+  EXPECT_FALSE(a->finished());
+  h.sched.commit(p3, {9});
+  EXPECT_TRUE(a->finished());
+  EXPECT_EQ(a->finish, FinishReason::Length);
+  EXPECT_EQ(a->output, std::vector<int32_t>({7, 8, 9}));
+  EXPECT_EQ(h.pool.n_held(), 0);
+}
+
+// A stop token at N finishes the sequence while N+1 holds it: N+1's token is dropped there and
+// the blocks are back. A sequence preempted while its step runs keeps that step's token and no
+// cache entries, and is admitted again only once the token has come.
+TEST(SchedulerAsync, FinishedAndPreemptedWhileInFlight) {
+  Harness h(cfg(64), 32);
+  Sequence* a = h.add(5);
+  StepPlan p1 = h.sched.schedule();
+  h.sched.launch(p1);
+  StepPlan p2 = h.sched.schedule();
+  h.sched.launch(p2);
+  h.sched.commit(p1, {1});  // EOS (cfg's eos_token_id 1)
+  EXPECT_TRUE(a->finished());
+  EXPECT_EQ(h.pool.n_held(), 0);
+  h.sched.commit(p2, {5});
+  EXPECT_EQ(a->output, std::vector<int32_t>({1})) << "a token after the finish was kept";
+
+  Harness g(cfg(64), 3);   // 3 blocks of 4 tokens
+  Sequence* x = g.add(4);  // 1 block, then a second for its first decode
+  Sequence* y = g.add(4);
+  StepPlan q1 = g.sched.schedule();
+  g.sched.launch(q1);                // both prefilled: 2 blocks held, both pending
+  StepPlan q2 = g.sched.schedule();  // x needs a block (1 left), y too: y is preempted
+  EXPECT_EQ(y->status, SeqStatus::Waiting);
+  EXPECT_EQ(y->num_computed, 0);
+  ASSERT_EQ(q2.seqs.size(), 1u);
+  EXPECT_EQ(q2.seqs[0].seq, x);
+  g.sched.launch(q2);
+  g.sched.commit(q1, {6, 7});
+  EXPECT_EQ(y->output, std::vector<int32_t>({7})) << "the preempted sequence lost its token";
+  EXPECT_EQ(y->num_computed, 0);
+  EXPECT_EQ(y->num_pending, 0);
+  EXPECT_TRUE(y->hashes.empty());
+  g.sched.commit(q2, {8});
+  EXPECT_EQ(x->output, std::vector<int32_t>({6, 8}));
+}

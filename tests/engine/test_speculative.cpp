@@ -632,3 +632,14 @@ TEST(SpeculativeMetrics, CountersAddUpOverSteps) {
   const int64_t plain_samples = tokens_out - s.spec_verifies - s.spec_accepted_tokens;
   EXPECT_GE(plain_samples, int64_t(ps.size()));  // at least each prompt's first token
 }
+
+// Async scheduling does not overlap MTP steps (the drafts of step N+1 need step N's tokens on the
+// host): the engine runs them synchronously, with the same tokens as the overlapped loop without
+// MTP (GreedyIdentity compares the two).
+TEST(SpeculativeAsync, AsyncSchedulingFallsBackToTheSynchronousLoop) {
+  EngineConfig cfg;
+  ASSERT_TRUE(cfg.async_scheduling);
+  EXPECT_TRUE(Engine(model(), cfg).async_scheduling());
+  cfg.speculative = mtp(2);
+  EXPECT_FALSE(Engine(model(), cfg).async_scheduling());
+}

@@ -1,0 +1,107 @@
+#include "engine/step_executor.h"
+
+#include "core/error.h"
+
+namespace osprey {
+
+StepExecutor::StepExecutor(bool worker) {
+  if (worker) worker_ = std::thread([this] { loop(); });
+}
+
+StepExecutor::~StepExecutor() {
+  if (!worker_.joinable()) return;
+  if (in_flight_) {
+    try {
+      wait();
+    } catch (...) {  // the engine is going away: nothing can use the error
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+bool StepExecutor::spin_for(State want) const {
+  const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(kSpinSeconds));
+  while (state_.load() != want) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+void StepExecutor::launch(std::function<void()> job) {
+  OSPREY_CHECK(!in_flight_, "a step is already in flight");
+  in_flight_ = true;
+  if (!worker_.joinable()) {
+    started_ = Clock::now();
+    try {
+      job();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    finished_ = Clock::now();
+    return;
+  }
+  job_ = std::move(job);
+  state_.store(kPosted);
+  // The worker either sees kPosted before it sleeps, or has said it sleeps (seq_cst order).
+  if (worker_sleeping_.load()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    cv_.notify_all();
+  }
+}
+
+void StepExecutor::wait() {
+  if (!in_flight_) return;
+  if (worker_.joinable()) {
+    if (!spin_for(kDone)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      engine_sleeping_.store(true);
+      cv_.wait(lk, [&] { return state_.load() == kDone; });
+      engine_sleeping_.store(false);
+    }
+    started_ = job_started_;
+    finished_ = job_finished_;
+    state_.store(kIdle);
+  }
+  in_flight_ = false;
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void StepExecutor::loop() {
+  for (;;) {
+    if (!spin_for(kPosted)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      worker_sleeping_.store(true);
+      cv_.wait(lk, [&] { return stop_.load() || state_.load() == kPosted; });
+      worker_sleeping_.store(false);
+      if (stop_.load()) return;
+    }
+    std::function<void()> job = std::move(job_);
+    job_ = nullptr;
+    const Clock::time_point t0 = Clock::now();
+    try {
+      job();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    job_started_ = t0;
+    job_finished_ = Clock::now();
+    state_.store(kDone);
+    if (engine_sleeping_.load()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_.notify_all();
+    }
+  }
+}
+
+}  // namespace osprey
