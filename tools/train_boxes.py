@@ -825,7 +825,8 @@ def main():
     t0 = time.time()
     mean_facts = [(lo + hi) / 2 for lo, hi in BUCKETS]
     share = args.pool_tokens / len(BUCKETS)
-    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * args.turns)))
+    # a conversation of n facts holds at most n / 3 questions (each asks 2-3 distinct facts)
+    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * min(args.turns, mean / 3))))
                     for mean in mean_facts]
     pool = make_pool(enc, n_per_bucket, args.turns, args.workers, args.seed * 50_000_000)
     max_len = [max(len(r[0]) // 2 for r in bucket) for bucket in pool]
