@@ -545,7 +545,11 @@ def probe_experts(model, device):
                   f"cosine {cos:.4f}", flush=True)
     except Exception as e:  # noqa: BLE001  any failure of the fast path means eager
         print(f"experts probe: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
-    model.set_experts_implementation(chosen)
+    try:
+        model.set_experts_implementation(chosen)
+    except Exception as e:  # noqa: BLE001  cannot switch at all: the default stays
+        print(f"experts: cannot set {chosen} ({type(e).__name__}), the default stays", flush=True)
+        chosen = str(getattr(model.config, "_experts_implementation", was))
     model.zero_grad(set_to_none=True)
     TrainState.active = False
     print(f"experts: {chosen} (default {was})", flush=True)
