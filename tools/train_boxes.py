@@ -47,7 +47,7 @@ with the modules' own weights (transformers' indexer returns indices only, witho
   Now the dense stage opens bucket 0 (4-9 facts) alone and the next bucket each time the
   running count-token accuracy on the newest one reaches --advance-at; a time floor opens them
   all between the --floor shares of the stage in case it forms late. A step draws the newest
-  open bucket 40% of the time, an older one otherwise.
+  open bucket 40% of the time, an older one otherwise; once all are open, any alike.
 
 After training (--time-budget-s is the whole run's wall clock, evaluation included: training
 stops --eval-reserve-s before it): the model is FP8-quantized and written to --out (config.json,
@@ -896,6 +896,8 @@ def main():
         level = cur.level(frac / args.dense_frac, step) if not sparse else last
         if sparse:
             b = rng.randrange(SPARSE_FROM, len(BUCKETS))
+        elif level == last:
+            b = rng.randrange(len(BUCKETS))  # all open: every length alike
         elif level == 0 or rng.random() < 0.4:
             b = level  # the newest bucket: where the accuracy that opens the next one is measured
         else:
