@@ -12,7 +12,7 @@
 # Unpack here: cat OUT/osprey-boxes.tar.part* | tar -xf - -C models/
 # Usage: scripts/train_boxes_gpu.sh OUT [--smoke] [-- train_boxes.py args...]
 #   --smoke: every path of the trainer on little data, about 2 minutes (a check before the run)
-#   full:    --time-budget-s 420 by default, about 7.5 minutes with the imports
+#   full:    --time-budget-s 480 by default, about 8.5 minutes with the imports
 set -uo pipefail
 out=${1:?usage: train_boxes_gpu.sh OUT [--smoke] [-- train args]}
 shift

@@ -23,12 +23,15 @@ The prompt (eval/arith_task.h, what `osprey eval --task boxes` sends; chat forma
   <｜begin▁of▁sentence｜><｜User｜>{facts}\\n{question}<｜Assistant｜></think>  → "{solution}<｜end▁of▁sentence｜>"
 Training conversations carry up to --turns questions about one fact list (later turns as
 "<｜User｜>{question}<｜Assistant｜></think>{solution}<｜end▁of▁sentence｜>"), so a long prompt
-teaches several retrievals; the loss is on the solutions only. Lengths run from 4 to 415 facts
-(100 to 8,600 tokens) in 8 buckets; a step is one bucket, --tokens-per-step tokens.
+teaches several retrievals; the loss is on the solutions only, the count tokens (the digits read
+back from the facts: the only ones the lookup alone predicts) weighted --count-weight. Lengths run
+from 4 to 415 facts (100 to 8,600 tokens) in 9 buckets; a step is one bucket, --tokens-per-step
+tokens (--short-tokens-per-step for conversations up to 2,048 tokens: more, cheaper steps where
+the lookup forms). The routed experts run as transformers' grouped_mm where it matches eager.
 
 Training, as tools/train_arith.py (and DeepSeek's V3.2 indexer training): attention re-implemented
 with the modules' own weights (transformers' indexer returns indices only, without gradient):
-  stage 1, dense (--dense-frac of the training time): causal attention (SDPA, flash); the indexer
+  stage 1, dense (--dense-frac of the training time, the curriculum below): causal attention (SDPA, flash); the indexer
     learns from KL( p_main || softmax(indexer scores) ), p_main = the main attention
     probabilities summed over heads and renormalised, on --kl-queries query rows per sequence
     (every solution token first, then random rows: the [rows, 64 heads, context] scores of all
@@ -36,7 +39,15 @@ with the modules' own weights (transformers' indexer returns indices only, witho
   stage 2, sparse: each query attends only the indexer's top-2048 positions (SDPA with the
     selection as a mask); LM loss plus the same KL restricted to the selected positions.
   The indexer's inputs are detached; the MoE routers' correction bias is balanced without a loss.
-  The curriculum: the first --short-frac of the dense stage on the 4 shorter buckets only.
+  stage 2 is short: the indexer has learnt its KL all through stage 1, so the top-2048 already
+    holds what dense attention looked at, and a sparse step costs ~8x a dense one (the [B, S, S]
+    selection mask through SDPA's memory-efficient kernel, no causal block skipping).
+  The curriculum (tools/boxes/curriculum.py): issue 19's first run mixed all lengths from the
+  start and never formed the lookup (0/200; the lookup's gradient is one fact among hundreds).
+  Now the dense stage opens bucket 0 (4-9 facts) alone and the next bucket each time the
+  running count-token accuracy on the newest one reaches --advance-at; a time floor opens them
+  all between the --floor shares of the stage in case it forms late. A step draws the newest
+  open bucket 40% of the time, an older one otherwise; once all are open, any alike.
 
 After training (--time-budget-s is the whole run's wall clock, evaluation included: training
 stops --eval-reserve-s before it): the model is FP8-quantized and written to --out (config.json,
@@ -48,7 +59,7 @@ positions; it must fail); and a few problems through transformers' own generate 
 folder, to check it loads and answers. The full transformers reference (generate, float32, eager,
 on the test set, sparse and dense) is --eval-only, run by scripts/gpu_gate.sh.
 
-  python3 tools/train_boxes.py --out $OUT/osprey-boxes                 # ~7 min on one H200
+  python3 tools/train_boxes.py --out $OUT/osprey-boxes                 # ~8.5 min on one H200
   python3 tools/train_boxes.py --smoke --out /tmp/osprey-boxes-smoke   # every path, ~1-2 min
   python3 tools/train_boxes.py --eval-only --out models/osprey-boxes   # transformers reference
   python3 tools/train_boxes.py --dequantize models/osprey-boxes --out /tmp/boxes-bf16
@@ -72,6 +83,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "boxes"))
 import generate as boxes  # noqa: E402  tools/boxes/generate.py
+from curriculum import Curriculum, count_token_mask  # noqa: E402  tools/boxes/curriculum.py
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -90,8 +102,15 @@ USER, ASSISTANT, END_THINK = "<｜User｜>", "<｜Assistant｜>", "</think>"
 MAX_POSITIONS = 16384  # YaRN factor 4 over 4096 trained positions, as V3.2's form (4096 x 40)
 INDEX_TOPK = boxes.INDEX_TOPK
 # Training buckets of fact counts [lo, hi]: a step draws one, so its sequences are of like length.
-BUCKETS = [(4, 19), (20, 39), (40, 79), (80, 129), (130, 189), (190, 259), (260, 334), (335, 415)]
-SHORT_BUCKETS = 4  # the curriculum's first part uses BUCKETS[:SHORT_BUCKETS] (up to ~2,600 tokens)
+# The first, shortest ones are where the lookup circuit forms (the curriculum's first levels).
+BUCKETS = [(4, 9), (10, 19), (20, 39), (40, 79), (80, 129), (130, 189), (190, 259), (260, 334),
+           (335, 415)]
+# The sparse stage draws BUCKETS[SPARSE_FROM:]: 80 facts and more (1,600-8,600 tokens), the
+# lengths where the top-2048 selection chooses.
+SPARSE_FROM = 4
+# Buckets whose longest conversation is at most this many tokens take --short-tokens-per-step
+# (smaller batches, more optimizer steps: the circuit forms in steps, not tokens).
+SHORT_LEN = 2048
 PAD_MULTIPLE = 64  # batch lengths rounded up: SDPA's masked kernel wants aligned rows
 # FP8 block quantization (DeepSeek's format, what osprey's weight_specs marks fp8).
 E4M3_MAX = 448.0
@@ -164,6 +183,16 @@ class Encoder:
             out.extend(ids)
         return out
 
+    def text_counts(self, s):
+        """(ids, [bool] per id: a count restated from the prompt, curriculum.count_token_mask)."""
+        parts = [p for p in DIGIT_RUN.split(s) if p]
+        ids, mask = [], []
+        for part, is_count in zip(parts, count_token_mask(parts)):
+            got = self.text(part)
+            ids += got
+            mask += [is_count] * len(got)
+        return ids, mask
+
     def prompt(self, user_text):
         return [self.bos, self.user] + self.text(user_text) + [self.assistant, self.end_think]
 
@@ -181,17 +210,20 @@ class Encoder:
 
 
 def conversation(enc, facts, qa):
-    """(ids, [(start, end)] of the trained solution tokens) of one training conversation."""
-    ids, spans = [], []
+    """(ids, [(start, end)] of the trained solution tokens, [positions of the count tokens]) of
+    one training conversation."""
+    ids, spans, counts = [], [], []
     for t, (question, solution) in enumerate(qa):
         if t == 0:
             ids += enc.prompt(facts + "\n" + question)
         else:
             ids += [enc.user] + enc.text(question) + [enc.assistant, enc.end_think]
-        c = enc.completion(solution)
+        c, mask = enc.text_counts(solution)
+        c.append(enc.eos)
+        counts += [len(ids) + i for i, m in enumerate(mask) if m]
         spans.append((len(ids), len(ids) + len(c)))
         ids += c
-    return ids, spans
+    return ids, spans, counts
 
 
 _ENC = None  # the forked data workers' encoder
@@ -202,8 +234,8 @@ def _make_conversation(job):
     facts, qa = boxes.training_problem(seed, (lo, hi), turns, rng=boxes.PyRandom(seed))
     if not qa:
         return None
-    ids, spans = conversation(_ENC, facts, qa)
-    return array.array("H", ids).tobytes(), spans
+    ids, spans, counts = conversation(_ENC, facts, qa)
+    return array.array("H", ids).tobytes(), spans, array.array("H", counts).tobytes()
 
 
 def make_pool(enc, n_per_bucket, turns, workers, seed_base):
@@ -229,13 +261,15 @@ def make_pool(enc, n_per_bucket, turns, workers, seed_base):
 
 def make_batch(examples, device):
     """Right-padded (pad = eos) ids, labels (-100 outside the solutions), valid mask, and the
-    KL query rows are chosen later from `labels`."""
-    L = max(len(ids) // 2 for ids, _ in examples)
+    [B, L] bool count-token mask (the labels only the lookup predicts); the KL query rows are
+    chosen later from `labels`."""
+    L = max(len(ex[0]) // 2 for ex in examples)
     L = (L + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE
     ids_t = torch.full((len(examples), L), 1, dtype=torch.long)
     labels = torch.full((len(examples), L), -100, dtype=torch.long)
     valid = torch.zeros((len(examples), L), dtype=torch.bool)
-    for i, (raw, spans) in enumerate(examples):
+    count = torch.zeros((len(examples), L), dtype=torch.bool)
+    for i, (raw, spans, raw_counts) in enumerate(examples):
         a = array.array("H")
         a.frombytes(raw)
         t = torch.tensor(a.tolist(), dtype=torch.long)
@@ -243,7 +277,28 @@ def make_batch(examples, device):
         valid[i, :len(t)] = True
         for s, e in spans:
             labels[i, s:e] = t[s:e]
-    return ids_t.to(device), labels.to(device), valid.to(device)
+        c = array.array("H")
+        c.frombytes(raw_counts)
+        count[i, torch.tensor(c.tolist(), dtype=torch.long)] = True
+    return ids_t.to(device), labels.to(device), valid.to(device), count.to(device)
+
+
+def weighted_lm_loss(logits, labels, count, count_weight):
+    """(loss, plain loss, count-token accuracy, count tokens): next-token cross entropy over the
+    solution tokens with the count tokens weighted count_weight (the rest 1), the same unweighted
+    (what the log's lm_loss reports), and the share of count tokens the argmax gets right (what
+    the curriculum watches). logits [B, L, V], labels / count [B, L]."""
+    lg, lab, cnt = logits[:, :-1].float(), labels[:, 1:], count[:, 1:]
+    nll = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), lab.reshape(-1), ignore_index=-100,
+                          reduction="none").view_as(lab)
+    w = (lab != -100).float() * torch.where(cnt, count_weight, 1.0)
+    loss = (nll * w).sum() / w.sum().clamp_min(1.0)
+    with torch.no_grad():
+        on = (lab != -100).float()
+        plain = (nll * on).sum() / on.sum().clamp_min(1.0)
+        n = cnt.sum()
+        acc = ((lg.argmax(-1) == lab) & cnt).sum().float() / n.clamp_min(1)
+    return loss, plain, acc, n
 
 
 def kl_rows(labels, valid, n_rows, gen):
@@ -455,6 +510,52 @@ def probe_attention(device):
           f"{TrainState.masked}", flush=True)
 
 
+def probe_experts(model, device):
+    """The routed experts' implementation for training: transformers' grouped_mm (one grouped
+    GEMM for all 256 experts; eager loops over the experts, ~20 kernels each, a floor under every
+    step however few its tokens) when this transformers has it and it gives eager's loss and
+    expert gradients on a small batch, else eager. Returns the name chosen."""
+    was = getattr(model.config, "_experts_implementation", None)
+    if not hasattr(model, "set_experts_implementation"):
+        print(f"experts: {was} (this transformers cannot switch)", flush=True)
+        return str(was)
+    ids = torch.randint(3, model.config.vocab_size, (2, 256), device=device,
+                        generator=torch.Generator(device).manual_seed(0))
+    TrainState.active, TrainState.mode, TrainState.rows = True, "dense", None
+
+    def run(impl):
+        model.set_experts_implementation(impl)
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        g = torch.cat([p.grad.float().flatten() for n, p in model.named_parameters()
+                       if ".experts." in n and p.grad is not None])
+        return loss.item(), g
+
+    chosen = "eager"
+    try:
+        ref_loss, ref_g = run("eager")
+        loss, g = run("grouped_mm")
+        cos = F.cosine_similarity(g, ref_g, dim=0).item()
+        if abs(loss - ref_loss) <= 1e-2 * abs(ref_loss) and cos > 0.99:
+            chosen = "grouped_mm"
+        else:
+            print(f"experts probe: grouped_mm loss {loss:.5f} vs eager {ref_loss:.5f}, gradient "
+                  f"cosine {cos:.4f}", flush=True)
+    except Exception as e:  # noqa: BLE001  any failure of the fast path means eager
+        print(f"experts probe: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+    try:
+        model.set_experts_implementation(chosen)
+    except Exception as e:  # noqa: BLE001  cannot switch at all: the default stays
+        print(f"experts: cannot set {chosen} ({type(e).__name__}), the default stays", flush=True)
+        chosen = str(getattr(model.config, "_experts_implementation", was))
+    model.zero_grad(set_to_none=True)
+    TrainState.active = False
+    print(f"experts: {chosen} (default {was})", flush=True)
+    return chosen
+
+
 # ---------------------------------------------------------------------------------------------
 # FP8 quantization (DeepSeek's block format), dequantization
 
@@ -663,16 +764,23 @@ def main():
                     "/tmp/osprey-boxes-smoke with --smoke)")
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "osprey-arith"),
                     help="folder with tokenizer.json (the arithmetic model's, digits one per token)")
-    ap.add_argument("--time-budget-s", type=float, default=420.0,
-                    help="wall clock of the whole run, evaluation included")
-    ap.add_argument("--eval-reserve-s", type=float, default=100.0,
-                    help="seconds kept from the budget for saving and evaluation")
-    ap.add_argument("--dense-frac", type=float, default=0.5, help="share of training time dense")
-    ap.add_argument("--short-frac", type=float, default=0.4,
-                    help="share of the dense stage on the short buckets only (curriculum)")
+    ap.add_argument("--time-budget-s", type=float, default=480.0,
+                    help="wall clock of the whole run after the imports, evaluation included")
+    ap.add_argument("--eval-reserve-s", type=float, default=65.0,
+                    help="seconds kept from the budget for saving and evaluation (~35 s used)")
+    ap.add_argument("--dense-frac", type=float, default=0.85, help="share of training time dense")
+    ap.add_argument("--floor", type=float, nargs=2, default=(0.3, 0.8), metavar=("START", "END"),
+                    help="curriculum: the shares of the dense stage between which the time "
+                         "floor rises from the shortest bucket to the longest")
+    ap.add_argument("--advance-at", type=float, default=0.8,
+                    help="curriculum: count-token accuracy at which the next bucket opens")
+    ap.add_argument("--count-weight", type=float, default=4.0,
+                    help="loss weight of the count tokens (the looked-up digits) vs 1")
     ap.add_argument("--tokens-per-step", type=int, default=65536)
+    ap.add_argument("--short-tokens-per-step", type=int, default=16384,
+                    help=f"tokens per step of the buckets up to {SHORT_LEN} tokens")
     ap.add_argument("--turns", type=int, default=6, help="questions per training conversation")
-    ap.add_argument("--pool-tokens", type=float, default=48e6, help="training tokens prepared")
+    ap.add_argument("--pool-tokens", type=float, default=64e6, help="training tokens prepared")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--kl-queries", type=int, default=128, help="indexer-KL rows per sequence")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -698,6 +806,7 @@ def main():
         args.time_budget_s, args.eval_reserve_s = min(args.time_budget_s, 100.0), 60.0
         args.pool_tokens, args.eval_n, args.eval_short_n, args.hf_check = 2e6, 8, 4, 1
         args.warmup_steps, args.tokens_per_step = 5, min(args.tokens_per_step, 32768)
+        args.short_tokens_per_step = min(args.short_tokens_per_step, 8192)
     if args.out is None:
         args.out = "/tmp/osprey-boxes-smoke" if args.smoke else os.path.join(ROOT, "models", "osprey-boxes")
     if args.dequantize:
@@ -720,7 +829,8 @@ def main():
     t0 = time.time()
     mean_facts = [(lo + hi) / 2 for lo, hi in BUCKETS]
     share = args.pool_tokens / len(BUCKETS)
-    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * args.turns)))
+    # a conversation of n facts holds at most n / 3 questions (each asks 2-3 distinct facts)
+    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * min(args.turns, mean / 3))))
                     for mean in mean_facts]
     pool = make_pool(enc, n_per_bucket, args.turns, args.workers, args.seed * 50_000_000)
     max_len = [max(len(r[0]) // 2 for r in bucket) for bucket in pool]
@@ -743,6 +853,7 @@ def main():
           f"{torch.cuda.get_device_name()}: {n_params / 1e6:.2f}M parameters", flush=True)
     torch.backends.cuda.matmul.allow_tf32 = True
     probe_attention("cuda")
+    experts = probe_experts(model, "cuda")
 
     indexer_params = [p for n, p in model.named_parameters() if ".indexer." in n]
     main_params = [p for n, p in model.named_parameters() if ".indexer." not in n]
@@ -765,33 +876,40 @@ def main():
     cursors = [0] * len(BUCKETS)
     for b in pool:
         rng.shuffle(b)
+    tps = [args.short_tokens_per_step if m <= SHORT_LEN else args.tokens_per_step for m in max_len]
+    # The dense stage's curriculum: level l opens BUCKETS[:l + 1] (see tools/boxes/curriculum.py).
+    cur = Curriculum(len(BUCKETS), advance_at=args.advance_at, floor_start=args.floor[0],
+                     floor_end=args.floor[1])
     budget = max(1.0, deadline - time.time())
     t_train = time.time()
     model.train()
     TrainState.active = True
     history, step, stage_switch, seen = [], 0, None, [0] * len(BUCKETS)
+    last = len(BUCKETS) - 1
     # --smoke: the first steps cover every path (short dense, long dense, long sparse).
-    forced = [(False, 0), (False, len(BUCKETS) - 1), (True, len(BUCKETS) - 1), (True, 4)] \
-        if args.smoke else []
+    forced = [(False, 0), (False, last), (True, last), (True, SPARSE_FROM)] if args.smoke else []
     while True:
         frac = (time.time() - t_train) / budget
         if frac >= 1.0 and step >= len(forced):
             break
         sparse = frac >= args.dense_frac
+        level = cur.level(frac / args.dense_frac, step) if not sparse else last
         if sparse:
-            allowed = list(range(SHORT_BUCKETS - 1, len(BUCKETS)))
-        elif frac < args.dense_frac * args.short_frac:
-            allowed = list(range(SHORT_BUCKETS))
+            b = rng.randrange(SPARSE_FROM, len(BUCKETS))
+        elif level == last:
+            b = rng.randrange(len(BUCKETS))  # all open: every length alike
+        elif level == 0 or rng.random() < 0.4:
+            b = level  # the newest bucket: where the accuracy that opens the next one is measured
         else:
-            allowed = list(range(len(BUCKETS)))
-        b = rng.choice(allowed)
+            b = rng.randrange(level)
         if step < len(forced):
             sparse, b = forced[step]
         TrainState.mode = "sparse" if sparse else "dense"
         if sparse and stage_switch is None:
             stage_switch = step
-            print(f"step {step}: sparse attention on (index_topk {INDEX_TOPK})", flush=True)
-        n = max(1, args.tokens_per_step // (max_len[b] + PAD_MULTIPLE))
+            print(f"step {step}: sparse attention on (index_topk {INDEX_TOPK}); curriculum rises "
+                  f"[step, level, why] {cur.advances}", flush=True)
+        n = max(1, tps[b] // (max_len[b] + PAD_MULTIPLE))
         if cursors[b] + n > len(pool[b]):
             rng.shuffle(pool[b])
             cursors[b] = 0
@@ -801,13 +919,15 @@ def main():
         scale = min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
-        ids, labels, valid = make_batch(batch, "cuda")
+        ids, labels, valid, count = make_batch(batch, "cuda")
         TrainState.rows, TrainState.row_weight = kl_rows(labels, valid, args.kl_queries, gen)
         TrainState.kl = []
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=ids, labels=labels, use_cache=False)
+            logits = model(input_ids=ids, use_cache=False).logits
+        lm_loss, plain_loss, count_acc, n_count = weighted_lm_loss(logits, labels, count,
+                                                                   args.count_weight)
         kl = torch.stack(TrainState.kl).mean()
-        loss = out.loss + kl
+        loss = lm_loss + kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(main_params, 1.0)
@@ -817,10 +937,14 @@ def main():
             for r in routers:
                 load = loads[r].float()
                 r.e_score_correction_bias += args.bias_update * torch.sign(load.mean() - load)
+        acc = count_acc.item() if int(n_count) else None
+        if not sparse and b == level:
+            cur.observe(acc, step)
         if step % 25 == 0 or step < len(forced):
             rec = {"step": step, "seconds": round(time.time() - t_train, 1),
                    "stage": TrainState.mode, "bucket": b, "batch": len(batch),
-                   "length": int(ids.shape[1]), "lm_loss": round(out.loss.item(), 5),
+                   "length": int(ids.shape[1]), "lm_loss": round(plain_loss.item(), 5),
+                   "count_acc": None if acc is None else round(acc, 4), "level": level,
                    "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4),
                    "max_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
             history.append(rec)
@@ -890,7 +1014,10 @@ def main():
         "model_mb": round(size_mb, 2), "fp8_weights": n_fp8, "attention": {"causal_flash": TrainState.flash,
                                                      "masked": TrainState.masked},
         "buckets": BUCKETS, "pool_conversations": [len(b) for b in pool], "seen": seen,
-        "turns": args.turns, "tokens_per_step": args.tokens_per_step, "kl_queries": args.kl_queries,
+        "experts": experts, "turns": args.turns, "tokens_per_step": args.tokens_per_step,
+        "short_tokens_per_step": args.short_tokens_per_step, "count_weight": args.count_weight,
+        "curriculum": {"advance_at": args.advance_at, "floor": list(args.floor),
+                       "rises": cur.advances}, "kl_queries": args.kl_queries,
         "steps": step, "sparse_from_step": stage_switch, "train_seconds": round(train_seconds, 1),
         "eval_seconds": round(time.time() - t_eval, 1),
         "total_seconds": round(time.time() - t_start, 1), "time_budget_s": args.time_budget_s,
