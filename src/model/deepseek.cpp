@@ -82,7 +82,7 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   ForwardBatch d = b;
   Tensor* parts[] = {&d.token_ids,      &d.attn.query_start_loc, &d.attn.seq_lens,
                      &d.attn.positions, &d.attn.block_table,     &d.attn.slot_mapping,
-                     &d.logits_indices};
+                     &d.logits_indices, &d.attn.req_id_per_token};
   size_t offsets[std::size(parts)];
   size_t total = 0;
   for (size_t i = 0; i < std::size(parts); ++i) {
@@ -96,6 +96,7 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   char* h = static_cast<char*>(stage_host_.view().data);
   char* dv = static_cast<char*>(stage_dev_.view().data);
   for (size_t i = 0; i < std::size(parts); ++i) {
+    if (parts[i]->nbytes() == 0) continue;  // absent (req_id_per_token outside the engine)
     OSPREY_CHECK(parts[i]->device == Device::CPU, "step metadata must be host tensors");
     std::memcpy(h + offsets[i], parts[i]->data, parts[i]->nbytes());
     parts[i]->data = dv + offsets[i];
@@ -413,8 +414,8 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const Fo
   if (index_keys.dtype == DType::U8) {
     // The FP8 key cache (CUDA): q in e4m3 too, its per-head scales folded into the weights, as
     // DeepSeek's reference indexer (q8 · k8 on FP8 tensor cores).
-    Tensor iq8 = alloc(DType::U8, {T, IH, ID});   // [n_tokens, IH, ID] e4m3
-    Tensor w8 = alloc(DType::F32, {T, IH});        // [n_tokens, IH] weights × q scales
+    Tensor iq8 = alloc(DType::U8, {T, IH, ID});  // [n_tokens, IH, ID] e4m3
+    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × q scales
     ops::indexer_quantize_q(iq8, w8, iq, weights);
     ops::indexer_topk(topk, iq8, w8, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
   } else {

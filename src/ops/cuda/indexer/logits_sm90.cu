@@ -282,20 +282,13 @@ void indexer_logits_sm90(float* scores, int64_t ld, Tensor q8, Tensor weights, T
       std::clamp(sm_count() * per_sm / groups, 1, std::max(1, max_stages / kMinStagesPerSplit));
   const int sps = (max_stages + splits - 1) / splits;
   splits = (max_stages + sps - 1) / sps;
-  Params p{scores,
-           ld,
-           q8.ptr<uint8_t>(),
-           weights.f32(),
-           index_cache.ptr<uint8_t>(),
-           m.query_start_loc.ptr<int32_t>(),
-           m.positions.ptr<int32_t>(),
-           m.req_id_per_token.numel() == m.n_tokens ? m.req_id_per_token.ptr<int32_t>() : nullptr,
-           m.block_table.ptr<int32_t>(),
-           m.block_table.size(1),
-           m.n_seqs,
-           m.n_tokens,
-           sps,
-           scale};
+  Params p{scores, ld, q8.ptr<uint8_t>(), weights.f32(), index_cache.ptr<uint8_t>(),
+           m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+           // on the device only (a host tensor here would be read through the host's pages)
+           m.req_id_per_token.numel() == m.n_tokens && m.req_id_per_token.device == Device::CUDA
+               ? m.req_id_per_token.ptr<int32_t>()
+               : nullptr,
+           m.block_table.ptr<int32_t>(), m.block_table.size(1), m.n_seqs, m.n_tokens, sps, scale};
   const dim3 grid{unsigned(groups), unsigned(splits)};
   if (QG == 4)
     launch<4>(p, grid);
