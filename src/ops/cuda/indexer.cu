@@ -376,6 +376,7 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     }
     const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
     OSPREY_DISPATCH_Q(q.dtype, Tq, {
+      // One-time attribute on the first (eager) call; a graph is captured after its warm-up.
       static bool configured = false;
       if (!configured) {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(
