@@ -15,6 +15,7 @@
 
 #ifdef OSPREY_WITH_CUDA
 #include "core/device_buffer.h"
+#include "engine/cuda_graph_runner.h"
 #include "ops/ceilings.h"
 #include "ops/tensor_ops.h"
 #endif
@@ -123,6 +124,30 @@ void run_step_benchmark(const StepOptions& o) {
                                           o.warmup, o.iters);
     rows.push_back(
         {"decode B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), t,
+         decode_cost(c, fp8, B, o.context,
+                     PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
+         B});
+    if (!o.cuda_graph) continue;
+    // The same step as a graph replay: one bucket of exactly B (no padding), device logits read
+    // back like the eager row's.
+    CudaGraphRunner graphs(model, {B});
+    Storage dev_logits(Device::CUDA, DType::F32, {B, c.vocab_size});
+    bool replayed = true;
+    const auto tg = ops::cuda::time_events(
+        [&] {
+          replayed = replayed && graphs.forward(batch.batch(), cache, dev_logits.view());
+          cuda::copy(logits, dev_logits.view());
+        },
+        o.warmup, o.iters);
+    OSPREY_CHECK(replayed && graphs.replays() > 0, "bench step: B=", B,
+                 " did not run as a CUDA graph");
+    const cuda::GraphNodeCounts n = graphs.graph(B)->nodes();
+    std::printf("graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other (%lld "
+                "captures)\n",
+                B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
+                static_cast<long long>(graphs.captures()));
+    rows.push_back(
+        {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
          decode_cost(c, fp8, B, o.context,
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});

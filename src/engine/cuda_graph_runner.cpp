@@ -17,6 +17,9 @@ namespace {
 constexpr int kSizeStep = 8;
 // Pieces of a bucket's region start at this alignment (as stage_batch packs the eager metadata).
 constexpr size_t kAlign = 256;
+// High bits of a graph batch's split-KV fingerprint (never one a host batch hashes to in practice;
+// the plan cache is forgotten around every capture and replay anyway).
+constexpr uint64_t kGraphFingerprint = 0x6f73707265796772ull;
 size_t aligned(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
@@ -146,7 +149,10 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
     b->attn.n_seqs = size;
     b->attn.n_tokens = size;
     b->attn.block_size = block_size;
-    b->attn.fingerprint = 0;  // device metadata: the split-KV plan is rebuilt by a graph node
+    // The split-KV plan: a fingerprint of this capture alone, so that layer 0's plan kernel is
+    // captured (the cache is forgotten before each capture) and layers 1.. reuse its buffer; in a
+    // replay that kernel rebuilds the plan from the step's device positions.
+    b->attn.fingerprint = kGraphFingerprint ^ uint64_t(size);
     b->max_query_len = 1;
     b->spec_decode = false;
   }
@@ -227,8 +233,10 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   }
   // The eager warm-up on the padded batch: this step's logits and cache writes, and every
   // allocation, attribute and table the capture must find in place.
+  ops::cuda::invalidate_mla_plan_cache();
   model_.forward(k.dev_batch, cache, out);
   model_.settle_workspace();  // a reset now, so that the capture's own reset allocates nothing
+  ops::cuda::invalidate_mla_plan_cache();  // the warm-up's plan key must not hit in the capture
   const uint64_t epoch = ops::cuda::device_memory_epoch();
   k.graph.capture([&] { model_.forward(k.dev_batch, cache, out); });
   OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(),

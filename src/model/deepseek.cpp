@@ -123,9 +123,9 @@ void DeepseekModel::check_mtp(bool needed) const {
 
 ForwardBatch DeepseekModel::prepare_batch(const ForwardBatch& hb) const {
   // The attention's split-KV plan is keyed by this (built once per step, reused across layers
-  // and across steps whose clamped lengths repeat). CUDA graphs: a device batch gets fingerprint
-  // 0, so the plan kernel runs in every replay (a cache hit decided on the host at capture time
-  // would freeze one step's plan into the graph).
+  // and across steps whose clamped lengths repeat). CUDA graphs: a device batch keeps the
+  // fingerprint its builder gave it (the graph runner: one of its capture; layer 0's plan kernel
+  // is captured and rebuilds the plan from the device positions in every replay).
   ForwardBatch hf = hb;
   if (hf.attn.positions.device == Device::CPU && hf.attn.query_start_loc.device == Device::CPU) {
     const bool sparse = config_.has_indexer && !ablation_.dense_attention;

@@ -18,9 +18,9 @@ uint64_t device_memory_epoch();
 void bump_device_memory_epoch();  // for the twins' growth sites
 
 // The split-KV plan cache (mla/split_kv.cu) is keyed on the host batch fingerprint. A graph
-// replay rebuilds the plan on the device into the same buffer (its batches carry fingerprint 0,
-// so the plan kernel is a node of the graph); after a replay the cached key no longer describes
-// the buffer's contents, so the runner forgets it here.
+// replay rebuilds the plan on the device into the same buffer (the runner forgets the cache
+// before each capture, so layer 0's plan kernel is a node of the graph); after a replay the cached
+// key no longer describes the buffer's contents, so the runner forgets it here too.
 void invalidate_mla_plan_cache();
 
 }  // namespace osprey::ops::cuda

@@ -132,8 +132,8 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
   const int n = m.n_tokens;
   const int64_t need = 2 * (int64_t(n) + 1) + 1;
   PlanCache& c = g_plan;
-  // CUDA graphs: a batch with fingerprint 0 (a graph's: its metadata lives on the device) always
-  // launches the plan kernel, which becomes a node of the graph; growth happens only in the eager
+  // CUDA graphs: the runner forgets the cache before a capture, so layer 0 captures the plan
+  // kernel (a node rebuilding the plan from device positions each replay); growth only in the eager
   // warm-up of a bucket (never inside a capture) and bumps the epoch (ops/cuda/graph_hooks.h).
   if (need > c.capacity) {
     bump_device_memory_epoch();
