@@ -142,10 +142,11 @@ void run_step_benchmark(const StepOptions& o) {
     OSPREY_CHECK(replayed && graphs.replays() > 0, "bench step: B=", B,
                  " did not run as a CUDA graph");
     const cuda::GraphNodeCounts n = graphs.graph(B)->nodes();
-    std::printf("graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other (%lld "
-                "captures)\n",
-                B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
-                static_cast<long long>(graphs.captures()));
+    std::printf(
+        "graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other (%lld "
+        "captures)\n",
+        B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
+        static_cast<long long>(graphs.captures()));
     rows.push_back(
         {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
          decode_cost(c, fp8, B, o.context,

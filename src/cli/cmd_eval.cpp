@@ -360,7 +360,9 @@ void register_cmd(CLI::App& app) {
   sub->add_flag("--dense", a->dense,
                 "sparsity off: attend every causal position (index_topk above any sequence)");
   sub->add_flag("--cuda-graph", a->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size (vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->callback([a] { run(*a); });
 }
 

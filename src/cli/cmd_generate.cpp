@@ -175,7 +175,9 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
   sub->add_flag("--cuda-graph", args->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size (vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
                   "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");

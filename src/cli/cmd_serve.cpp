@@ -415,7 +415,9 @@ void register_cmd(CLI::App& app) {
                 "as the synchronous loop; synchronous anyway with --speculative-config or a "
                 "parallel model)");
   sub->add_flag("--cuda-graph", a->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size (vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "on SIGTERM/SIGINT, seconds the requests in flight get to finish before they "

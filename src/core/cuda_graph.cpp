@@ -60,9 +60,10 @@ void CudaGraph::capture(const std::function<void()>& f) {
   if (e != cudaSuccess || !g) {
     (void)cudaGetLastError();
     reset();
-    fail("CUDA graph: the capture failed (a synchronising, allocating or legacy-stream call "
-         "inside the step?): ",
-         cudaGetErrorString(e));
+    fail(
+        "CUDA graph: the capture failed (a synchronising, allocating or legacy-stream call "
+        "inside the step?): ",
+        cudaGetErrorString(e));
   }
   graph_ = g;
   cudaGraphExec_t x = nullptr;

@@ -45,8 +45,8 @@ std::string cuda_graph_ineligible(const ForwardBatch& b) {
   if (m.n_tokens != m.n_seqs || b.max_query_len != 1)
     return "not a pure decode (a sequence brings more than one token)";
   if (b.spec_decode) return "a speculative verify step";
-  for (const Tensor* t : {&b.token_ids, &m.positions, &m.seq_lens, &m.block_table,
-                          &m.slot_mapping, &b.logits_indices})
+  for (const Tensor* t : {&b.token_ids, &m.positions, &m.seq_lens, &m.block_table, &m.slot_mapping,
+                          &b.logits_indices})
     if (t->device != Device::CPU) return "metadata not on the host";
   if (b.logits_indices.numel() != m.n_seqs) return "not every sequence is sampled";
   const int32_t* li = b.logits_indices.ptr<int32_t>();
@@ -78,8 +78,8 @@ const ForwardBatch* CudaGraphRunner::device_batch(int) const {
 
 struct CudaGraphRunner::Bucket {
   int size = 0;
-  Buffer host;   // U8 [bytes] the staging twin of dev
-  Storage dev;   // U8 [bytes] on the device: the metadata the graph reads
+  Buffer host;  // U8 [bytes] the staging twin of dev
+  Storage dev;  // U8 [bytes] on the device: the metadata the graph reads
   size_t bytes = 0;
   ForwardBatch host_view, dev_batch;  // the same pieces in host and device memory
   int prev_real = -1;                 // real rows of the last step (−1: never staged)
@@ -95,7 +95,8 @@ CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> ca
     : model_(model), sizes_(std::move(capture_sizes)) {
   if (model.device() != Device::CUDA)
     fail("CUDA graphs (--cuda-graph) need the model on the GPU (--device cuda)");
-  if (model.parallel()) fail("CUDA graphs (--cuda-graph) are not supported with a parallel model yet");
+  if (model.parallel())
+    fail("CUDA graphs (--cuda-graph) are not supported with a parallel model yet");
   std::sort(sizes_.begin(), sizes_.end());
   sizes_.erase(std::unique(sizes_.begin(), sizes_.end()), sizes_.end());
   OSPREY_CHECK(!sizes_.empty() && sizes_.front() >= 1, "CUDA graph capture sizes must be ≥ 1");
@@ -223,8 +224,8 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   stage(k, batch);
   const Tensor out = logits.rows(0, Bp);  // [Bp, vocab]: the padding rows' logits too
   const bool stale = k.graph.empty() || k.epoch != ops::cuda::device_memory_epoch() ||
-                     k.ws_generation != model_.workspace_generation() ||
-                     k.logits != out.data || k.cache != cache.latent(0).data;
+                     k.ws_generation != model_.workspace_generation() || k.logits != out.data ||
+                     k.cache != cache.latent(0).data;
   if (!stale) {
     k.graph.launch();
     ops::cuda::invalidate_mla_plan_cache();  // the replay rewrote the plan buffer
@@ -239,8 +240,8 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   ops::cuda::invalidate_mla_plan_cache();  // the warm-up's plan key must not hit in the capture
   const uint64_t epoch = ops::cuda::device_memory_epoch();
   k.graph.capture([&] { model_.forward(k.dev_batch, cache, out); });
-  OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(),
-               "CUDA graph capture of bucket ", Bp, " reallocated device memory");
+  OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(), "CUDA graph capture of bucket ", Bp,
+               " reallocated device memory");
   ops::cuda::invalidate_mla_plan_cache();
   k.epoch = epoch;
   k.ws_generation = model_.workspace_generation();

@@ -129,8 +129,8 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
     if (sizes.empty()) sizes = cuda_graph_capture_sizes(sched_cfg_.max_num_seqs);
     for (int b : sizes)
       if (b < 1 || b > sched_cfg_.max_num_seqs)
-        fail("CUDA graph capture size ", b, " is outside [1, max_num_seqs = ",
-             sched_cfg_.max_num_seqs, "]");
+        fail("CUDA graph capture size ", b,
+             " is outside [1, max_num_seqs = ", sched_cfg_.max_num_seqs, "]");
     graphs_ = std::make_unique<CudaGraphRunner>(model, std::move(sizes));
   }
 }

@@ -242,7 +242,7 @@ class Engine {
   int next_inputs_ = 0;
   Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
   Sampler sampler_;
-  std::unique_ptr<MtpDrafter> drafter_;  // speculative decoding only
+  std::unique_ptr<MtpDrafter> drafter_;      // speculative decoding only
   std::unique_ptr<CudaGraphRunner> graphs_;  // EngineConfig::cuda_graph only
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;

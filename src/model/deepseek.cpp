@@ -432,8 +432,8 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const Fo
   if (index_keys.dtype == DType::U8) {
     // The FP8 key cache (CUDA): q in e4m3 too, its per-head scales folded into the weights, as
     // DeepSeek's reference indexer (q8 · k8 on FP8 tensor cores).
-    Tensor iq8 = alloc(DType::U8, {T, IH, ID});   // [n_tokens, IH, ID] e4m3
-    Tensor w8 = alloc(DType::F32, {T, IH});        // [n_tokens, IH] weights × q scales
+    Tensor iq8 = alloc(DType::U8, {T, IH, ID});  // [n_tokens, IH, ID] e4m3
+    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × q scales
     ops::indexer_quantize_q(iq8, w8, iq, weights);
     ops::indexer_topk(topk, iq8, w8, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
   } else {

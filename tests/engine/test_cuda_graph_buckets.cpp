@@ -37,9 +37,8 @@ std::vector<int32_t> blocks(int first) {
 
 TEST(CudaGraphBuckets, OnlyPureDecodeStepsReplay) {
   // Three decodes: eligible.
-  OwnedBatch decode({SeqStep{{5}, 10, blocks(0)}, SeqStep{{6}, 70, blocks(2)},
-                     SeqStep{{7}, 3, blocks(4)}},
-                    64);
+  OwnedBatch decode(
+      {SeqStep{{5}, 10, blocks(0)}, SeqStep{{6}, 70, blocks(2)}, SeqStep{{7}, 3, blocks(4)}}, 64);
   EXPECT_EQ(cuda_graph_ineligible(decode.batch()), "");
   // A prompt chunk in the batch (mixed): eager.
   OwnedBatch mixed({SeqStep{{5}, 10, blocks(0)}, SeqStep{{1, 2, 3}, 0, blocks(2)}}, 64);

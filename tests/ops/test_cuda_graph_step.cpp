@@ -295,10 +295,14 @@ TEST(CudaGraphStep, ShrinkTailOnTheDeviceBuffers) {
   auto read = [&] {
     const ForwardBatch* d = runner.device_batch(8);
     EXPECT_NE(d, nullptr);
-    return Rows{cuda::to_host(d->token_ids),         cuda::to_host(d->attn.positions),
-                cuda::to_host(d->attn.seq_lens),     cuda::to_host(d->attn.query_start_loc),
-                cuda::to_host(d->attn.req_id_per_token), cuda::to_host(d->logits_indices),
-                cuda::to_host(d->attn.slot_mapping), cuda::to_host(d->attn.block_table)};
+    return Rows{cuda::to_host(d->token_ids),
+                cuda::to_host(d->attn.positions),
+                cuda::to_host(d->attn.seq_lens),
+                cuda::to_host(d->attn.query_start_loc),
+                cuda::to_host(d->attn.req_id_per_token),
+                cuda::to_host(d->logits_indices),
+                cuda::to_host(d->attn.slot_mapping),
+                cuda::to_host(d->attn.block_table)};
   };
   auto step = [&](int B) {
     std::vector<SeqStep> d(seqs.decode.begin(), seqs.decode.begin() + B);
@@ -395,12 +399,12 @@ TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
   EXPECT_EQ(s_eager.cuda_graph_replays, 0);
   EXPECT_GT(s_sync.cuda_graph_replays, 10);
   EXPECT_GT(s_async.cuda_graph_replays, 10);
-  std::printf("GRAPH engine: %lld replays / %lld captures (sync), %lld / %lld (async) of %lld steps\n",
-              static_cast<long long>(s_sync.cuda_graph_replays),
-              static_cast<long long>(s_sync.cuda_graph_captures),
-              static_cast<long long>(s_async.cuda_graph_replays),
-              static_cast<long long>(s_async.cuda_graph_captures),
-              static_cast<long long>(s_sync.steps));
+  std::printf(
+      "GRAPH engine: %lld replays / %lld captures (sync), %lld / %lld (async) of %lld steps\n",
+      static_cast<long long>(s_sync.cuda_graph_replays),
+      static_cast<long long>(s_sync.cuda_graph_captures),
+      static_cast<long long>(s_async.cuda_graph_replays),
+      static_cast<long long>(s_async.cuda_graph_captures), static_cast<long long>(s_sync.steps));
 }
 
 }  // namespace

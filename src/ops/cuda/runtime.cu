@@ -44,7 +44,7 @@ void bump_device_memory_epoch() {
 }
 
 // CUDA graphs: growth synchronises and frees, so it must never happen inside a capture (a runner
-// runs each bucket's step eagerly first), and a graph captured before a growth is stale (the epoch).
+// runs each bucket's step eagerly first), and a graph captured before a growth is stale (epoch).
 void* scratch(ScratchSlot slot, size_t bytes) {
   Arena& a = arena();
   if (bytes <= a.size[slot]) return a.ptr[slot];
