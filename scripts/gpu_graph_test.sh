@@ -18,7 +18,7 @@
 set -u
 osprey=${1:?usage: gpu_graph_test.sh OSPREY OUT_DIR}; out=${2:?OUT_DIR}
 mkdir -p "$out"
-build=$(cd "$(dirname "$osprey")/../.." && pwd)
+build=$(cd "$(dirname "$osprey")" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${OSPREY_BUNDLED_MODEL:-$root/models/osprey-arith}
 summary="$out/summary.txt"; : > "$summary"

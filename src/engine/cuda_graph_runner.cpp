@@ -15,14 +15,6 @@ namespace osprey {
 namespace {
 // vLLM's capture sizes: 1, 2, 4, then every kSizeStep up to max_num_seqs.
 constexpr int kSizeStep = 8;
-// Pieces of a bucket's region start at this alignment (as stage_batch packs the eager metadata).
-constexpr size_t kAlign = 256;
-// High bits of a graph batch's split-KV fingerprint (never one a host batch hashes to in practice;
-// the plan cache is forgotten around every capture and replay anyway).
-constexpr uint64_t kGraphFingerprint = 0x6f73707265796772ull;
-size_t aligned(size_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
-}
 }  // namespace
 
 std::vector<int> cuda_graph_capture_sizes(int max_num_seqs) {
@@ -75,6 +67,17 @@ const ForwardBatch* CudaGraphRunner::device_batch(int) const {
 }
 
 #else
+
+namespace {
+// Pieces of a bucket's region start at this alignment (as stage_batch packs the eager metadata).
+constexpr size_t kAlign = 256;
+// High bits of a graph batch's split-KV fingerprint (never one a host batch hashes to in practice;
+// the plan cache is forgotten around every capture and replay anyway).
+constexpr uint64_t kGraphFingerprint = 0x6f73707265796772ull;
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+}  // namespace
 
 struct CudaGraphRunner::Bucket {
   int size = 0;

@@ -159,9 +159,10 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
     EXPECT_TRUE(same_bytes(replay, warm)) << "replay logits differ from the eager warm-up";
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       EXPECT_TRUE(same_bytes(s2.latent[size_t(l)], s1.latent[size_t(l)])) << "layer " << l;
-      if (c.has_indexer)
+      if (c.has_indexer) {
         EXPECT_TRUE(same_bytes(s2.index_keys[size_t(l)], s1.index_keys[size_t(l)]))
             << "layer " << l;
+      }
     }
     // Padding wrote nothing: only the real tokens' slots (blocks) may differ from the unpadded
     // eager step's cache (rounding of GEMMs over more rows).
@@ -172,13 +173,15 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
       real_blocks.push_back(blk);
     }
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-      for (int64_t slot : changed_slots(s1.latent[size_t(l)], s0.latent[size_t(l)]))
+      for (int64_t slot : changed_slots(s1.latent[size_t(l)], s0.latent[size_t(l)])) {
         EXPECT_NE(std::find(real_slots.begin(), real_slots.end(), slot), real_slots.end())
             << "layer " << l << ": the padded step wrote latent slot " << slot;
-      if (c.has_indexer)
-        for (int64_t blk : changed_blocks(s1.index_keys[size_t(l)], s0.index_keys[size_t(l)]))
-          EXPECT_NE(std::find(real_blocks.begin(), real_blocks.end(), blk), real_blocks.end())
-              << "layer " << l << ": the padded step wrote indexer block " << blk;
+      }
+      if (!c.has_indexer) continue;
+      for (int64_t blk : changed_blocks(s1.index_keys[size_t(l)], s0.index_keys[size_t(l)])) {
+        EXPECT_NE(std::find(real_blocks.begin(), real_blocks.end(), blk), real_blocks.end())
+            << "layer " << l << ": the padded step wrote indexer block " << blk;
+      }
     }
     // Real rows: the unpadded eager logits up to rounding; the same greedy token where clear.
     const double err = rel_l2(replay.f32(), eager.f32(), int64_t(B) * V);
@@ -196,8 +199,9 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
       float second = -INFINITY;
       for (int64_t v = 0; v < V; ++v)
         if (v != a) second = std::max(second, e[v]);
-      if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a])))
+      if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
         EXPECT_EQ(a, b) << "row " << r << ": greedy token changed";
+      }
     }
   }
 }
