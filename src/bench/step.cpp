@@ -199,6 +199,11 @@ void run_step_benchmark(const StepOptions& o) {
       "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
       "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
       o.iters, o.prefill_iters);
+  if (o.cuda_graph)
+    std::printf(
+        "(graph rows: the same decode step as the replay of a CUDA graph captured for exactly B "
+        "sequences (engine/cuda_graph_runner.h), CUDA events around the runner's metadata copy + "
+        "replay and the logits read-back)\n");
   if (o.spec_tokens > 0)
     std::printf(
         "(verify rows: each sequence's token + %d drafts through the decode path, logits of every "
