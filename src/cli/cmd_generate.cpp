@@ -55,8 +55,9 @@ void run_tokens(const Args& a, const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out;
   EngineStats stats;
-  if (spec.enabled()) {
-    // Through the engine (drafts verified by the model), greedy like the plain path.
+  if (spec.enabled() || a.cuda_graph) {
+    // Through the engine (drafts verified by the model; decode steps as CUDA graph replays),
+    // greedy like the plain path.
     EngineConfig ec;
     ec.max_num_seqs = 1;
     ec.max_model_len = int(std::min<int64_t>(m->config().max_position_embeddings,
