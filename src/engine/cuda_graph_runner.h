@@ -34,7 +34,8 @@
 // happen inside a capture), which gives this step's logits; then the same forward is captured.
 // A graph is re-captured when what it points at moved: the model's Workspace arena (its
 // generation), the CUDA twins' persistent allocations (ops/cuda/graph_hooks.h's epoch), the logits
-// buffer or the cache.
+// buffer or the cache. A capture that fails (a call inside the step that cannot be captured) is
+// reported on stderr and counted; that bucket's steps then run eagerly.
 #pragma once
 
 #include <atomic>
@@ -82,6 +83,8 @@ class CudaGraphRunner {
   // Read from the engine thread while a step may run on the executor's worker: atomics.
   int64_t replays() const { return replays_.load(); }
   int64_t captures() const { return captures_.load(); }
+  // Captures that failed (their bucket then runs eagerly; a warning is printed once per bucket).
+  int64_t capture_failures() const { return capture_failures_.load(); }
 
   // For tests: the padded device batch of a bucket run before (null if none), and counters of
   // the last forward: padding-row fields rewritten (shrink-tail), bytes copied to the device.
@@ -101,7 +104,7 @@ class CudaGraphRunner {
   std::vector<int> sizes_;
   std::map<int, std::unique_ptr<Bucket>> buckets_;
   int max_blocks_ = 0;  // the table width the buckets were laid out for
-  std::atomic<int64_t> replays_{0}, captures_{0};
+  std::atomic<int64_t> replays_{0}, captures_{0}, capture_failures_{0};
 };
 
 }  // namespace osprey

@@ -586,6 +586,7 @@ EngineStats Engine::stats() const {
   if (graphs_) {
     s.cuda_graph_replays = graphs_->replays();
     s.cuda_graph_captures = graphs_->captures();
+    s.cuda_graph_capture_failures = graphs_->capture_failures();
   }
   return s;
 }

@@ -144,7 +144,8 @@ struct EngineStats {
   // first step, or after the memory a graph points at moved).
   int64_t cuda_graph_replays = 0;
   int64_t cuda_graph_captures = 0;
-  StepRecord last_step;  // the latest model step (valid once steps > 0)
+  int64_t cuda_graph_capture_failures = 0;  // buckets that fell back to eager steps
+  StepRecord last_step;                     // the latest model step (valid once steps > 0)
 };
 
 class Engine {

@@ -146,6 +146,7 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
     const int Bp = cuda_graph_bucket(runner.capture_sizes(), B);
     Storage dl(Device::CUDA, DType::F32, {16, V});
     ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // warm-up + capture
+    ASSERT_EQ(runner.capture_failures(), 0);
     EXPECT_EQ(runner.captures(), 1);
     const Buffer warm = cuda::to_host(dl.view().rows(0, Bp));
     const CacheSnapshot s1 = snapshot(cache, c.has_indexer);
@@ -244,6 +245,7 @@ Captured capture_step(int layers, int dense, bool indexer) {
   Storage dl(Device::CUDA, DType::F32, {kBudgetBatch, m->config().vocab_size});
   EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
   EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  EXPECT_EQ(runner.capture_failures(), 0);
   EXPECT_EQ(runner.replays(), 1);
   const cuda::CudaGraph* graph = runner.graph(kBudgetBatch);
   EXPECT_NE(graph, nullptr);
@@ -401,6 +403,8 @@ TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
   EXPECT_EQ(sync, eager);
   EXPECT_EQ(async, eager);
   EXPECT_EQ(s_eager.cuda_graph_replays, 0);
+  EXPECT_EQ(s_sync.cuda_graph_capture_failures, 0);
+  EXPECT_EQ(s_async.cuda_graph_capture_failures, 0);
   EXPECT_GT(s_sync.cuda_graph_replays, 10);
   EXPECT_GT(s_async.cuda_graph_replays, 10);
   std::printf(
