@@ -15,6 +15,7 @@
 
 #ifdef OSPREY_WITH_CUDA
 #include "core/device_buffer.h"
+#include "engine/cuda_graph_runner.h"
 #include "ops/ceilings.h"
 #include "ops/tensor_ops.h"
 #endif
@@ -126,6 +127,31 @@ void run_step_benchmark(const StepOptions& o) {
          decode_cost(c, fp8, B, o.context,
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});
+    if (!o.cuda_graph) continue;
+    // The same step as a graph replay: one bucket of exactly B (no padding), device logits read
+    // back like the eager row's.
+    CudaGraphRunner graphs(model, {B});
+    Storage dev_logits(Device::CUDA, DType::F32, {B, c.vocab_size});
+    bool replayed = true;
+    const auto tg = ops::cuda::time_events(
+        [&] {
+          replayed = replayed && graphs.forward(batch.batch(), cache, dev_logits.view());
+          cuda::copy(logits, dev_logits.view());
+        },
+        o.warmup, o.iters);
+    OSPREY_CHECK(replayed && graphs.replays() > 0, "bench step: B=", B,
+                 " did not run as a CUDA graph");
+    const cuda::GraphNodeCounts n = graphs.graph(B)->nodes();
+    std::printf(
+        "graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other (%lld "
+        "captures)\n",
+        B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
+        static_cast<long long>(graphs.captures()));
+    rows.push_back(
+        {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
+         decode_cost(c, fp8, B, o.context,
+                     PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
+         B});
   }
   for (int B : o.spec_tokens > 0 ? o.batches : std::vector<int>{}) {
     const int K = o.spec_tokens;
@@ -173,6 +199,11 @@ void run_step_benchmark(const StepOptions& o) {
       "DeepseekModel::forward incl. the metadata copy and the logits read-back; GB = weights "
       "+ cache bytes the step must read; experts = expected distinct experts per MoE layer)\n",
       o.iters, o.prefill_iters);
+  if (o.cuda_graph)
+    std::printf(
+        "(graph rows: the same decode step as the replay of a CUDA graph captured for exactly B "
+        "sequences (engine/cuda_graph_runner.h), CUDA events around the runner's metadata copy + "
+        "replay and the logits read-back)\n");
   if (o.spec_tokens > 0)
     std::printf(
         "(verify rows: each sequence's token + %d drafts through the decode path, logits of every "

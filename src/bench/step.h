@@ -27,6 +27,9 @@ struct StepOptions {
   // (bench/engine_loop.h): host time per step, the device's idle gap, identical tokens. The one
   // part that runs without CUDA (with --model, on the CPU).
   bool engine_loop = false;
+  // Also time each decode batch as a CUDA graph replay (engine/cuda_graph_runner.h), its kernels
+  // per step counted from the captured graph.
+  bool cuda_graph = false;
 };
 
 void run_step_benchmark(const StepOptions& o);

@@ -42,6 +42,7 @@ struct Args {
   int limit = 0, max_tokens = 256, batch = 0, concurrency = 32;  // batch 0: the task's default
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
+  bool cuda_graph = false;
 };
 
 constexpr int kArithDefaultBatch = 64, kBoxesDefaultBatch = 16;
@@ -117,6 +118,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * batch;
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
+  ec.cuda_graph = a.cuda_graph;
   ec.max_num_batched_tokens =
       std::max(ec.max_num_batched_tokens, batch * (1 + ec.speculative.num_speculative_tokens));
   if (ec.speculative.enabled())
@@ -357,6 +359,10 @@ void register_cmd(CLI::App& app) {
                 "negative control: attend the most recent index_topk positions, not the indexer's");
   sub->add_flag("--dense", a->dense,
                 "sparsity off: attend every causal position (index_topk above any sequence)");
+  sub->add_flag("--cuda-graph", a->cuda_graph,
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->callback([a] { run(*a); });
 }
 

@@ -20,6 +20,7 @@ struct Args {
   std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto",
                                              speculative_config, device = "cpu";
   bool raw = false, thinking = false, ignore_eos = false;
+  bool cuda_graph = false;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -54,14 +55,16 @@ void run_tokens(const Args& a, const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out;
   EngineStats stats;
-  if (spec.enabled()) {
-    // Through the engine (drafts verified by the model), greedy like the plain path.
+  if (spec.enabled() || a.cuda_graph) {
+    // Through the engine (drafts verified by the model; decode steps as CUDA graph replays),
+    // greedy like the plain path.
     EngineConfig ec;
     ec.max_num_seqs = 1;
     ec.max_model_len = int(std::min<int64_t>(m->config().max_position_embeddings,
                                              int64_t(ids.size()) + a.max_tokens + 1));
     ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
     ec.speculative = spec;
+    ec.cuda_graph = a.cuda_graph;
     Engine e(*m, ec);
     SamplingParams p;
     p.temperature = 0.0f;
@@ -114,6 +117,7 @@ void run_prompt(const Args& a, const std::string& dir) {
                                            int64_t(prompt.size()) + a.max_tokens + 1));
   ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
+  ec.cuda_graph = a.cuda_graph;
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   const auto t0 = std::chrono::steady_clock::now();
   e.add_request(1, prompt, p);
@@ -171,6 +175,10 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
+  sub->add_flag("--cuda-graph", args->cuda_graph,
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
                   "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");

@@ -50,6 +50,7 @@ struct Args {
   bool no_prefix_caching = false, enable_log_requests = false, disable_log_stats = false;
   bool enable_auto_tool_choice = false;
   bool async_scheduling = true;
+  bool cuda_graph = false;
   uint64_t seed = 0;
   double shutdown_timeout_s = 10, log_stats_interval_s = 10;
 };
@@ -293,6 +294,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.seed = a.seed;
   ec.speculative = spec;
   ec.async_scheduling = a.async_scheduling;
+  ec.cuda_graph = a.cuda_graph;
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
@@ -412,6 +414,10 @@ void register_cmd(CLI::App& app) {
                 "schedule and build step N+1 while step N runs (default on; the same outputs "
                 "as the synchronous loop; synchronous anyway with --speculative-config or a "
                 "parallel model)");
+  sub->add_flag("--cuda-graph", a->cuda_graph,
+                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
+                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "on SIGTERM/SIGINT, seconds the requests in flight get to finish before they "

@@ -62,6 +62,7 @@ void Workspace::reset() {
   top_ = 0;
   if (overflow_.empty()) return;
   overflow_.clear();
+  ++generation_;
   arena_ = Storage();
   capacity_ = aligned(high_water_ + high_water_ / 8);
   arena_ = Storage(device_, DType::U8, Shape{int64_t(capacity_)});

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -42,6 +43,9 @@ class Workspace {
   // overflowed.
   void reset();
   size_t capacity() const { return capacity_; }
+  // Bumped whenever reset() replaces the arena: tensors (and CUDA graphs captured over them) taken
+  // before point into freed memory.
+  uint64_t generation() const { return generation_; }
 
   class Scope {
    public:
@@ -61,6 +65,7 @@ class Workspace {
   size_t capacity_ = 0;
   size_t top_ = 0;  // bytes in use (arena and overflow counted alike)
   size_t high_water_ = 0;
+  uint64_t generation_ = 0;
   std::vector<Storage> overflow_;
 };
 

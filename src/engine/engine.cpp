@@ -124,6 +124,21 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
         sched_cfg_.max_num_batched_tokens, sched_cfg_.max_num_seqs,
         (sched_cfg_.max_model_len + kBlockSize - 1) / kBlockSize, kBlockSize,
         sched_cfg_.max_num_seqs * (1 + sched_cfg_.num_speculative_tokens));
+  if (cfg.cuda_graph) {
+    std::vector<int> sizes = cfg.cuda_graph_capture_sizes;
+    if (sizes.empty()) sizes = cuda_graph_capture_sizes(sched_cfg_.max_num_seqs);
+    for (int b : sizes)
+      if (b < 1 || b > sched_cfg_.max_num_seqs)
+        fail("CUDA graph capture size ", b,
+             " is outside [1, max_num_seqs = ", sched_cfg_.max_num_seqs, "]");
+    graphs_ = std::make_unique<CudaGraphRunner>(model, std::move(sizes));
+  }
+}
+
+void Engine::run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
+                         const ForwardOptions& fo) {
+  if (graphs_ && !fo.hidden_out.data && graphs_->forward(batch, cache_, logits_buffer)) return;
+  model_.forward(batch, cache_, logits, fo);
 }
 
 void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
@@ -277,7 +292,8 @@ std::vector<RequestOutput> Engine::step_sync() {
     const auto t_launch = Clock::now();
     record.host_seconds = seconds_between(t0, t_launch);
     if (device_waiting_) record.device_idle_seconds = seconds_between(last_sampled_, t_launch);
-    executor_.launch([&] { model_.forward(batch, cache_, logits, fo); });
+    const Tensor all_logits = logits_.view();
+    executor_.launch([&] { run_forward(batch, logits, all_logits, fo); });
     executor_.wait();
     std::vector<SamplingRow> rows;
     // Verify rows see the output as it would be with the drafts before them accepted: their
@@ -412,7 +428,9 @@ std::vector<RequestOutput> Engine::step_async() {
     const Tensor logits = logits_.view().rows(0, next->plan.num_sampled);
     next->follows = in_flight_.has_value() || device_waiting_;
     next->prev_sampled = last_sampled_;
-    executor_.launch([this, batch, logits] { model_.forward(*batch, cache_, logits); });
+    const Tensor all_logits = logits_.view();
+    executor_.launch(
+        [this, batch, logits, all_logits] { run_forward(*batch, logits, all_logits, {}); });
     next->record.host_seconds = build_seconds + seconds_between(t_resume, Clock::now());
     next_inputs_ ^= 1;
   }
@@ -565,6 +583,11 @@ EngineStats Engine::stats() const {
   s.prefix_query_tokens = pool_.query_tokens;
   s.prefix_hit_tokens = pool_.hit_tokens;
   for (const auto& [id, l] : live_) s.num_preemptions += l.seq->num_preemptions;
+  if (graphs_) {
+    s.cuda_graph_replays = graphs_->replays();
+    s.cuda_graph_captures = graphs_->captures();
+    s.cuda_graph_capture_failures = graphs_->capture_failures();
+  }
   return s;
 }
 

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda_graph_runner.h"
 #include "engine/mtp_drafter.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -62,6 +63,12 @@ struct EngineConfig {
   // the same as the synchronous loop's and the host's work leaves the device's critical path.
   // Ignored (synchronous) with speculative decoding or a parallel model.
   bool async_scheduling = true;
+  // Pure decode steps as replays of CUDA graphs captured per padded batch-size bucket
+  // (engine/cuda_graph_runner.h; `--cuda-graph`). Off by default until measured on the GPU;
+  // prefill, mixed and speculative verify steps stay eager. Needs the model on the GPU (not
+  // parallel): the Engine fails at construction otherwise.
+  bool cuda_graph = false;
+  std::vector<int> cuda_graph_capture_sizes;  // empty: cuda_graph_capture_sizes(max_num_seqs)
 };
 
 // One engine step's shape and time, as /metrics reports them by kind.
@@ -133,7 +140,12 @@ struct EngineStats {
   // Async scheduling: tokens sampled for a sequence that had finished (a stop token or string, an
   // abort) after the step was launched; dropped, never emitted.
   int64_t async_discarded_tokens = 0;
-  StepRecord last_step;  // the latest model step (valid once steps > 0)
+  // CUDA graphs (EngineConfig::cuda_graph): decode steps replayed, and graphs captured (a bucket's
+  // first step, or after the memory a graph points at moved).
+  int64_t cuda_graph_replays = 0;
+  int64_t cuda_graph_captures = 0;
+  int64_t cuda_graph_capture_failures = 0;  // buckets that fell back to eager steps
+  StepRecord last_step;                     // the latest model step (valid once steps > 0)
 };
 
 class Engine {
@@ -202,6 +214,9 @@ class Engine {
     Clock::time_point prev_sampled;  // when that previous step's ids arrived
     double sample_seconds = 0;       // its own sampling, once sampled
   };
+  // The model step on the executor: a CUDA graph replay where graphs_ takes it, else eager.
+  void run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
+                   const ForwardOptions& fo);
   std::vector<RequestOutput> step_sync();
   std::vector<RequestOutput> step_async();
   // Waits for the launched step's forward and samples its rows into *results.
@@ -228,7 +243,8 @@ class Engine {
   int next_inputs_ = 0;
   Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
   Sampler sampler_;
-  std::unique_ptr<MtpDrafter> drafter_;  // speculative decoding only
+  std::unique_ptr<MtpDrafter> drafter_;      // speculative decoding only
+  std::unique_ptr<CudaGraphRunner> graphs_;  // EngineConfig::cuda_graph only
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;
   uint64_t arrivals_ = 0;

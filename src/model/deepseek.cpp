@@ -77,6 +77,12 @@ void DeepseekModel::set_parallel(const RankShard& shard, dist::Communicator* com
 }
 
 ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
+  // CUDA graphs: this copy is synchronous on the legacy stream and may grow stage_dev_, so it
+  // cannot be captured; a graph's batch is already on the device (the runner's persistent
+  // region, one copy per step before the replay) and passes through here untouched.
+  // Not staged: req_id_per_token, which the sm90 indexer logits kernel reads when its numel is
+  // n_tokens (indexer/logits_sm90.cu): from a host batch it is handed a host pointer (the graph
+  // runner's batches carry it on the device).
   if (device_ == Device::CPU || b.token_ids.device == device_) return b;
   // Pack every metadata tensor into one host buffer (256-byte aligned pieces), copy it once.
   ForwardBatch d = b;
@@ -118,7 +124,9 @@ void DeepseekModel::check_mtp(bool needed) const {
 
 ForwardBatch DeepseekModel::prepare_batch(const ForwardBatch& hb) const {
   // The attention's split-KV plan is keyed by this (built once per step, reused across layers
-  // and across steps whose clamped lengths repeat).
+  // and across steps whose clamped lengths repeat). CUDA graphs: a device batch keeps the
+  // fingerprint its builder gave it (the graph runner: one of its capture; layer 0's plan kernel
+  // is captured and rebuilds the plan from the device positions in every replay).
   ForwardBatch hf = hb;
   if (hf.attn.positions.device == Device::CPU && hf.attn.query_start_loc.device == Device::CPU) {
     const bool sparse = config_.has_indexer && !ablation_.dense_attention;
@@ -155,6 +163,7 @@ void DeepseekModel::forward_mtp(const ForwardBatch& hb, Tensor hidden, PagedKVCa
   Tensor emb = alloc(DType::F32, {T, D});  // [n_tokens, D] embedding of the next tokens
   ops::embedding(emb, b.token_ids, weights_.embed);
   // Position 0 has no previous token for the MTP to pair with: its embedding is zeroed (vLLM).
+  // (Host branching on host positions, one launch per such token: the MTP step is not graphed.)
   const int32_t* pos = hb.attn.positions.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t)
     if (pos[t] == 0) ops::scale(emb.rows(t, t + 1), 0.0f);
@@ -216,9 +225,14 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
   OSPREY_CHECK(logits.size(0) == n_logits && logits.size(1) == c.vocab_size, "logits shape ",
                shape_str(logits.shape));
   OSPREY_CHECK(cache.device() == device_, "the KV cache is not on the model's device");
-  int64_t kv_rows = 0;  // Σ seq_lens, read on the host before staging
+  // Σ seq_lens, read on the host before staging. CUDA graphs: a device batch leaves it 0; it only
+  // sizes the expanded (prefill) path, and graphs run decode steps (absorbed).
+  int64_t kv_rows = 0;
   if (hb.attn.seq_lens.device == Device::CPU)
     for (int s = 0; s < hb.attn.n_seqs; ++s) kv_rows += hb.attn.seq_lens.ptr<int32_t>()[s];
+  // CUDA graphs: a reset that replaces the arena frees memory (synchronising): never inside a
+  // capture (the runner settles the workspace after its eager warm-up); the arena's generation
+  // tells the runner its graphs are stale. Every alloc below is a host-side bump of a pointer.
   if (!shard_.data_parallel()) ws_.reset();  // (DP: forward_rank holds the local logits)
   const ForwardBatch b = prepare_batch(hb);
   Tensor residual = alloc(DType::F32, {T, D});  // [n_tokens, D] the residual stream
@@ -255,7 +269,9 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
   Tensor normed = alloc(DType::F32, {n_logits, D});
   ops::rms_norm(normed, rows, weights_.final_norm, float(c.rms_norm_eps));
   if (o.dump) o.dump->put("final_norm", normed);
-  // [n_logits, vocab]: straight into `logits` when it is on the model's device, else copied once.
+  // [n_logits, vocab]: straight into `logits` when it is on the model's device, else copied once
+  // (a device→host read: CUDA graphs take device logits only). Dumps (o.dump) read every stage
+  // back to the host: never with a graph.
   Tensor out = logits.device == device_ ? logits : alloc(DType::F32, {n_logits, c.vocab_size});
   lm_head(out, normed);
   if (out.data != logits.data) ops::copy(logits, out);
@@ -348,6 +364,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
                    shape_str(f.shape));
       ops::copy(topk, f);
     }
+    // Both controls copy through the host (synchronous): eval diagnostics, never under a graph.
     if (ablation_.indexer_recent) recent_positions(topk, b.attn.positions);
     if (ablation_.dense_attention) topk = Tensor{};  // empty: every causal position
   }
@@ -357,6 +374,8 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   // the chosen top-k rows in latent space, no decompression of the context through kv_b.
   const bool absorbed_prefill =
       topk.data != nullptr && ops::mla_absorbed_prefill_preferred(device_, H, kv_lora, rope, true);
+  // Host branching on host values only (the path, max_query_len, kv_rows): fixed for a graph's
+  // bucket (a decode: absorbed).
   const bool expanded =
       o.path == AttentionPath::Expanded ||
       (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&

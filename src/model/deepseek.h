@@ -124,6 +124,13 @@ class DeepseekModel {
   void forward_rank(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
                     const ForwardOptions& opts) const;
 
+  // CUDA graphs (engine/cuda_graph_runner.h) capture forward() over a device batch, so every
+  // address the step touches must stay put between capture and replay. The activation arena's
+  // generation (bumped when a reset replaces it: graphs captured before read freed memory), and a
+  // reset outside any step, so that the reset at the start of a captured forward allocates nothing.
+  uint64_t workspace_generation() const { return ws_.generation(); }
+  void settle_workspace() const { ws_.reset(); }
+
  private:
   // out [n_tokens, D] = attention of layer l over x [n_tokens, D].
   // kv_rows = Σ seq_lens (host value: sizes the expanded path's K/V).

@@ -48,7 +48,8 @@ inline float indexer_fp8_scale(float amax) {
   std::memcpy(&r, &u, 4);
   return r;
 }
-// index_cache[slot_mapping[t]] = k[t].  k [n_tokens, ID].
+// index_cache[slot_mapping[t]] = k[t].  k [n_tokens, ID]. A slot of −1 (a padding row of a CUDA
+// graph bucket) writes nothing on CUDA; the CPU twin refuses it.
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);

@@ -74,7 +74,9 @@ inline float mla_fp8_scale(float amax) {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 // cache[slot_mapping[t]] = [latent[t] | k_pe[t]].  latent [n_tokens, kv_lora], k_pe [n_tokens,
-// rope]. A U8 cache is written in the FP8 format (quantized here).
+// rope]. A U8 cache is written in the FP8 format (quantized here). A slot of −1 (a padding row of
+// a CUDA graph bucket) writes nothing on CUDA; the CPU twin refuses it (no padded batch runs
+// there).
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 // out [Σ seq_lens, kv_lora + rope] = the cached rows of every sequence, in order (kv_start_loc =
 // cumsum); an FP8 cache is dequantized (the prefill path).

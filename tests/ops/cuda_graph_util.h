@@ -81,6 +81,37 @@ inline std::string kernel_node_name(cudaGraphNode_t node) {
   return name ? std::string(name) : std::string("?");
 }
 
+// The nodes of a captured graph, kernels by name.
+inline GraphNodes graph_nodes(cudaGraph_t graph) {
+  GraphNodes g;
+  size_t n = 0;
+  if (!graph || cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) return g;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) return g;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    cudaGraphNodeGetType(node, &t);
+    switch (t) {
+      case cudaGraphNodeTypeKernel:
+        ++g.kernels;
+        g.kernel_names.push_back(kernel_node_name(node));
+        break;
+      case cudaGraphNodeTypeMemset:
+        ++g.memsets;
+        break;
+      case cudaGraphNodeTypeMemcpy:
+        ++g.memcpys;
+        break;
+      case cudaGraphNodeTypeHost:
+        ++g.hosts;
+        break;
+      default:
+        ++g.others;
+    }
+  }
+  return g;
+}
+
 // A captured graph and its instantiation, destroyed together.
 class CapturedGraph {
  public:
@@ -110,35 +141,7 @@ class CapturedGraph {
     OSPREY_CUDA_OK(cudaGraphInstantiate(&exec_, graph_, 0));
   }
 
-  GraphNodes nodes() const {
-    GraphNodes g;
-    size_t n = 0;
-    if (cudaGraphGetNodes(graph_, nullptr, &n) != cudaSuccess) return g;
-    std::vector<cudaGraphNode_t> nodes(n);
-    if (cudaGraphGetNodes(graph_, nodes.data(), &n) != cudaSuccess) return g;
-    for (cudaGraphNode_t node : nodes) {
-      cudaGraphNodeType t{};
-      cudaGraphNodeGetType(node, &t);
-      switch (t) {
-        case cudaGraphNodeTypeKernel:
-          ++g.kernels;
-          g.kernel_names.push_back(kernel_node_name(node));
-          break;
-        case cudaGraphNodeTypeMemset:
-          ++g.memsets;
-          break;
-        case cudaGraphNodeTypeMemcpy:
-          ++g.memcpys;
-          break;
-        case cudaGraphNodeTypeHost:
-          ++g.hosts;
-          break;
-        default:
-          ++g.others;
-      }
-    }
-    return g;
-  }
+  GraphNodes nodes() const { return graph_nodes(graph_); }
 
   // Replays the graph once and waits for it. Work on the legacy stream (uploads, fills) is waited
   // for first: this graph's stream does not wait for it by itself.

@@ -12,6 +12,7 @@
 #include "core/device_buffer.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/cuda/graph_hooks.h"
 
 #define OSPREY_CUDA_CHECK(expr)                                           \
   do {                                                                    \

@@ -70,6 +70,7 @@ template <typename Tc, typename Tk>
 __global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots,
                                    int d) {
   const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   for (int c = threadIdx.x; c < d; c += blockDim.x)
     cache[slots[t] * d + c] = from_f32<Tc>(to_f32(k[t * d + c]));
 }
@@ -100,6 +101,8 @@ __global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __
                                        const int64_t* __restrict__ slots, int d, int bs) {
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
+  // A padding row (CUDA graph bucket) writes nothing: the whole block leaves before any barrier.
+  if (slots[t] < 0) return;
   float amax = 0.0f;
   for (int c = threadIdx.x; c < d; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f32(k[t * d + c])));
   amax = warp_max(amax);
@@ -376,6 +379,7 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     }
     const dim3 grid(unsigned(m.n_tokens), unsigned((max_len + kScoreTile - 1) / kScoreTile));
     OSPREY_DISPATCH_Q(q.dtype, Tq, {
+      // One-time attribute on the first (eager) call; a graph is captured after its warm-up.
       static bool configured = false;
       if (!configured) {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(

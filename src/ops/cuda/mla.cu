@@ -128,6 +128,7 @@ __global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __
   constexpr int kPerLane = int(kMlaFp8Tile) / 32;
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   const int n_tiles = kv_lora / int(kMlaFp8Tile);
   uint8_t* dst = cache + slots[t] * token_bytes;
   for (int tile = warp; tile < n_tiles; tile += n_warps) {
@@ -156,6 +157,7 @@ template <typename Tc, typename Ti>
 __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
                                    const int64_t* __restrict__ slots, int kv_lora, int rope) {
   const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   Tc* dst = cache + slots[t] * (kv_lora + rope);
   for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
     dst[c] =

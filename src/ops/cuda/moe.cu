@@ -225,7 +225,10 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
   if (same) return t.dev;
   t.host.clear();  // rebuilt only after every expert passed its checks
   for (size_t e = 0; e < experts.size(); ++e) t.host.push_back(ptrs_of(e));
+  // CUDA graphs: built on the first (eager) call for a layer's experts, with a synchronous copy on
+  // the legacy stream, so never inside a capture; a replacement bumps the epoch.
   if (t.capacity < experts.size()) {
+    bump_device_memory_epoch();
     if (t.dev) {
       OSPREY_CUDA_CHECK(cudaDeviceSynchronize());  // an earlier launch may still read it
       OSPREY_CUDA_CHECK(cudaFree(t.dev));

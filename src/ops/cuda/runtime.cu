@@ -1,6 +1,7 @@
 // Runtime pieces shared by the CUDA twins: the scratch arena, the cuBLASLt handle and matmul
 // helper, and the F32 ↔ BF16 conversion kernel.
 //   convert: dst[i] = src[i], i < n; grid-stride, one element per thread per step.
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -31,9 +32,23 @@ void check_lt(cublasStatus_t s, const char* what) {
 }
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_device_memory_epoch{0};
+}  // namespace
+
+uint64_t device_memory_epoch() {
+  return g_device_memory_epoch.load();
+}
+void bump_device_memory_epoch() {
+  ++g_device_memory_epoch;
+}
+
+// CUDA graphs: growth synchronises and frees, so it must never happen inside a capture (a runner
+// runs each bucket's step eagerly first), and a graph captured before a growth is stale (epoch).
 void* scratch(ScratchSlot slot, size_t bytes) {
   Arena& a = arena();
   if (bytes <= a.size[slot]) return a.ptr[slot];
+  bump_device_memory_epoch();
   OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
   if (a.ptr[slot]) OSPREY_CUDA_CHECK(cudaFree(a.ptr[slot]));
   bytes = (bytes + (1u << 20) - 1) / (1u << 20) * (1u << 20);
@@ -63,6 +78,10 @@ cublasLtHandle_t lt_handle() {
 
 bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b, void* d,
                cudaDataType_t d_type, int64_t ldd, int64_t d_batch_stride, int batch) {
+  // CUDA graphs: the descriptors and the heuristic query below are host-only calls (legal inside
+  // a capture; they run again at capture time and pick the same algorithm for the same shapes);
+  // the workspace is a fixed-size scratch slot allocated by the first (eager) call. A split-K
+  // algorithm with a memset of its own would show as a memset node (the step budget test).
   constexpr size_t kWorkspaceBytes = 32u << 20;
   void* workspace = scratch(kScratchLtWorkspace, kWorkspaceBytes);
   cublasLtMatmulDesc_t op = nullptr;

@@ -434,6 +434,7 @@ int* split_counters(size_t n) {
   static size_t cap = 0;
   const std::lock_guard<std::mutex> lock(mu);
   if (n > cap) {
+    bump_device_memory_epoch();  // a graph captured before holds the old buffer
     if (buf) {
       OSPREY_CUDA_CHECK(cudaDeviceSynchronize());
       OSPREY_CUDA_CHECK(cudaFree(buf));

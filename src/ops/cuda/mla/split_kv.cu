@@ -124,11 +124,19 @@ int64_t mla_plan_builds() {
   return g_plan_builds;
 }
 
+void invalidate_mla_plan_cache() {
+  g_plan.valid = false;
+}
+
 MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
   const int n = m.n_tokens;
   const int64_t need = 2 * (int64_t(n) + 1) + 1;
   PlanCache& c = g_plan;
+  // CUDA graphs: the runner forgets the cache before a capture, so layer 0 captures the plan
+  // kernel (a node rebuilding the plan from device positions each replay); growth only in the eager
+  // warm-up of a bucket (never inside a capture) and bumps the epoch (ops/cuda/graph_hooks.h).
   if (need > c.capacity) {
+    bump_device_memory_epoch();
     if (c.buf) OSPREY_CUDA_CHECK(cudaFree(c.buf));  // synchronises: no kernel still reads it
     c.capacity = std::max<int64_t>(need, 2 * c.capacity);
     OSPREY_CUDA_CHECK(cudaMalloc(&c.buf, size_t(c.capacity) * sizeof(int32_t)));

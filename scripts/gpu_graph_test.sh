@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One CUDA graph per decode step (issue 13), on the GPU, in one run. Every step logs to OUT_DIR;
+# OUT_DIR/summary.txt lists PASS / FAIL per step and the measured lines.
+# Usage: scripts/gpu_graph_test.sh OSPREY OUT_DIR
+#   OSPREY: a CUDA build's osprey binary; its build folder's tests/ops/test_cuda_graph_step and
+#   tests/ops/test_cuda_graph are run too (or $OSPREY_GPU_BIN/<name>, a carried folder). Carried
+#   binaries: set OSPREY_BUNDLED_MODEL=<checkout>/models/osprey-arith.
+#   graph_step       test_cuda_graph_step: replay vs eager (bundled model + a random small
+#                    V3.2-like model) at B = 1, 2, 3, 5, 8, 9, 13, 16; no memset / host node and
+#                    the per-layer kernel budget; the shrink-tail rule on the device metadata; the
+#                    engine's greedy tokens with --cuda-graph (sync and async) = eager.
+#   graph_ops        test_cuda_graph: the single-op budgets (its util was refactored).
+#   bench_step       osprey bench step --preset dsv32 (dummy FP8, 5 layers) at B = 1, 16, 64,
+#                    context 5000, eager and --cuda-graph rows (+ the graph's node counts).
+#   eval_eager / eval_graph   osprey eval --task arith on the bundled model on the GPU, without and
+#                    with --cuda-graph (batch 64, 1000 problems): the accuracy lines must agree.
+#   serve_graph      osprey serve --cuda-graph: health, 4 completions, /metrics.
+set -u
+osprey=${1:?usage: gpu_graph_test.sh OSPREY OUT_DIR}; out=${2:?OUT_DIR}
+mkdir -p "$out"
+build=$(cd "$(dirname "$osprey")" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+model=${OSPREY_BUNDLED_MODEL:-$root/models/osprey-arith}
+summary="$out/summary.txt"; : > "$summary"
+step() {  # name, command...
+  local name=$1; shift
+  local t0; t0=$(date +%s)
+  if timeout "${OSPREY_GPU_TEST_TIMEOUT:-540}" "$@" > "$out/$name.log" 2>&1; then
+    echo "PASS $name ($(( $(date +%s) - t0 )) s)" | tee -a "$summary"
+  else echo "FAIL $name (rc $?, $out/$name.log)" | tee -a "$summary"; fi
+}
+find_test() {
+  for d in ${OSPREY_GPU_BIN:-} "$build/tests/ops"; do
+    [[ -n $d && -x $d/$1 ]] && { echo "$d/$1"; return; }
+  done
+  echo "missing-$1"
+}
+nvidia-smi -L > "$out/gpus.txt" 2>&1 || true
+
+step graph_step env OSPREY_BUNDLED_MODEL="$model" "$(find_test test_cuda_graph_step)"
+grep -h '^GRAPH\|^\[  FAILED\|Failure\|Expected\|Which is\|  Actual' "$out/graph_step.log" |
+  grep -v '^    kernel' | head -80 | tee -a "$summary"
+if grep -q '^\[  SKIPPED' "$out/graph_step.log"; then
+  echo "FAIL graph_step: skipped (no CUDA device seen)" | tee -a "$summary"
+fi
+step graph_ops "$(find_test test_cuda_graph)"
+
+step bench_step "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
+  --context 5000 --warmup 10 --iters 50 --cuda-graph
+grep -h '^graph B=\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" | tee -a "$summary"
+
+for mode in eager graph; do
+  flag=(); [[ $mode == graph ]] && flag=(--cuda-graph)
+  step "eval_$mode" "$osprey" eval --task arith --model "$model" --device cuda --batch 64 \
+    --limit 1000 "${flag[@]}"
+  echo "eval_$mode: $(grep -h '^accuracy' "$out/eval_$mode.log")" | tee -a "$summary"
+done
+a=$(grep -h '^accuracy' "$out/eval_eager.log" | awk '{print $2, $3}')
+b=$(grep -h '^accuracy' "$out/eval_graph.log" | awk '{print $2, $3}')
+if [[ -n $a && $a == "$b" ]]; then echo "PASS eval: same accuracy eager and graph ($a)" | tee -a "$summary"
+else echo "CHECK eval: eager '$a' vs graph '$b' (greedy: expected equal)" | tee -a "$summary"; fi
+
+serve_check() {
+  local port=8241
+  "$osprey" serve --model "$model" --device cuda --port $port --cuda-graph > "$out/serve.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
+    sleep 1
+  done
+  local rc=0
+  for i in 1 2 3 4; do
+    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"Ana has $i apples.\", \"max_tokens\": 32}" || rc=1
+    echo
+  done
+  curl -sf "http://127.0.0.1:$port/metrics" > "$out/metrics.txt" || rc=1
+  kill "$pid"; wait "$pid" 2>/dev/null
+  return $rc
+}
+step serve_graph serve_check
+cat "$summary"

@@ -1,0 +1,50 @@
+// CudaGraph: one captured and instantiated CUDA graph, and what it holds (cudaGraphGetNodes).
+// Only built with the CUDA backend (OSPREY_WITH_CUDA); this header needs no CUDA headers.
+//
+// capture(f) runs f with this thread's ops on a private non-blocking stream (cuda::StreamScope; the
+// legacy default stream cannot be captured) in thread-local capture mode: a call from f that would
+// synchronise or use the legacy stream (cudaMalloc/cudaFree of a growing arena, a cudaMemcpy, a
+// device→host read) ends the capture with an error, reported as osprey::Error with the CUDA
+// message. launch() replays the graph on the legacy default stream, so it is ordered with the
+// eager ops, copies and sampling around it exactly as the eager step would be.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace osprey::cuda {
+
+struct GraphNodeCounts {
+  int kernels = 0, memsets = 0, memcpys = 0, hosts = 0, others = 0;
+  int total() const { return kernels + memsets + memcpys + hosts + others; }
+};
+
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(CudaGraph&& o) noexcept;
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Captures f() and instantiates the graph (replacing one held before). Throws osprey::Error
+  // when the capture or the instantiation fails (this object then holds no graph).
+  void capture(const std::function<void()>& f);
+  // Replays the graph on the legacy default stream (asynchronous to the host).
+  void launch() const;
+  bool empty() const { return exec_ == nullptr; }
+  GraphNodeCounts nodes() const;
+  // The cudaGraph_t (tests read its nodes by kernel name); null when empty.
+  void* raw_graph() const { return graph_; }
+
+ private:
+  void reset();
+  void* stream_ = nullptr;  // cudaStream_t the capture ran on
+  void* graph_ = nullptr;   // cudaGraph_t
+  void* exec_ = nullptr;    // cudaGraphExec_t
+};
+
+}  // namespace osprey::cuda

@@ -1,0 +1,285 @@
+#include "engine/cuda_graph_runner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+#ifdef OSPREY_WITH_CUDA
+#include "core/device_buffer.h"
+#include "ops/cuda/graph_hooks.h"
+#endif
+
+namespace osprey {
+
+namespace {
+// vLLM's capture sizes: 1, 2, 4, then every kSizeStep up to max_num_seqs.
+constexpr int kSizeStep = 8;
+}  // namespace
+
+std::vector<int> cuda_graph_capture_sizes(int max_num_seqs) {
+  std::vector<int> s;
+  for (int b : {1, 2, 4})
+    if (b <= max_num_seqs) s.push_back(b);
+  for (int b = kSizeStep; b <= max_num_seqs; b += kSizeStep) s.push_back(b);
+  if (max_num_seqs > 0 && (s.empty() || s.back() != max_num_seqs)) s.push_back(max_num_seqs);
+  return s;
+}
+
+int cuda_graph_bucket(const std::vector<int>& sizes, int n) {
+  const auto it = std::lower_bound(sizes.begin(), sizes.end(), n);
+  return it == sizes.end() ? 0 : *it;
+}
+
+std::string cuda_graph_ineligible(const ForwardBatch& b) {
+  const AttentionMeta& m = b.attn;
+  if (m.n_seqs < 1) return "no sequences";
+  if (m.n_tokens != m.n_seqs || b.max_query_len != 1)
+    return "not a pure decode (a sequence brings more than one token)";
+  if (b.spec_decode) return "a speculative verify step";
+  for (const Tensor* t : {&b.token_ids, &m.positions, &m.seq_lens, &m.block_table, &m.slot_mapping,
+                          &b.logits_indices})
+    if (t->device != Device::CPU) return "metadata not on the host";
+  if (b.logits_indices.numel() != m.n_seqs) return "not every sequence is sampled";
+  const int32_t* li = b.logits_indices.ptr<int32_t>();
+  for (int r = 0; r < m.n_seqs; ++r)
+    if (li[r] != r) return "sample rows out of batch order";
+  const int32_t* lens = m.seq_lens.ptr<int32_t>();
+  for (int r = 0; r < m.n_seqs; ++r)
+    if (lens[r] < 1) return "a sequence with an empty context";
+  return "";
+}
+
+#ifndef OSPREY_WITH_CUDA
+
+struct CudaGraphRunner::Bucket {};
+
+CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> capture_sizes)
+    : model_(model), sizes_(std::move(capture_sizes)) {
+  fail("CUDA graphs (--cuda-graph) need the CUDA backend: this build has none");
+}
+CudaGraphRunner::~CudaGraphRunner() = default;
+bool CudaGraphRunner::forward(const ForwardBatch&, PagedKVCache&, Tensor) {
+  return false;
+}
+const ForwardBatch* CudaGraphRunner::device_batch(int) const {
+  return nullptr;
+}
+
+#else
+
+namespace {
+// Pieces of a bucket's region start at this alignment (as stage_batch packs the eager metadata).
+constexpr size_t kAlign = 256;
+// High bits of a graph batch's split-KV fingerprint (never one a host batch hashes to in practice;
+// the plan cache is forgotten around every capture and replay anyway).
+constexpr uint64_t kGraphFingerprint = 0x6f73707265796772ull;
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+}  // namespace
+
+struct CudaGraphRunner::Bucket {
+  int size = 0;
+  Buffer host;  // U8 [bytes] the staging twin of dev
+  Storage dev;  // U8 [bytes] on the device: the metadata the graph reads
+  size_t bytes = 0;
+  ForwardBatch host_view, dev_batch;  // the same pieces in host and device memory
+  int prev_real = -1;                 // real rows of the last step (−1: never staged)
+  int32_t pad_block = -1;             // the block padding rows read (row 0's first block)
+  bool uncapturable = false;          // a capture failed: this bucket's steps run eagerly
+  cuda::CudaGraph graph;
+  // What the graph was captured over; a change means re-capture.
+  uint64_t epoch = 0, ws_generation = 0;
+  const void* logits = nullptr;
+  const void* cache = nullptr;
+};
+
+CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> capture_sizes)
+    : model_(model), sizes_(std::move(capture_sizes)) {
+  if (model.device() != Device::CUDA)
+    fail("CUDA graphs (--cuda-graph) need the model on the GPU (--device cuda)");
+  if (model.parallel())
+    fail("CUDA graphs (--cuda-graph) are not supported with a parallel model yet");
+  std::sort(sizes_.begin(), sizes_.end());
+  sizes_.erase(std::unique(sizes_.begin(), sizes_.end()), sizes_.end());
+  OSPREY_CHECK(!sizes_.empty() && sizes_.front() >= 1, "CUDA graph capture sizes must be ≥ 1");
+}
+
+CudaGraphRunner::~CudaGraphRunner() = default;
+
+CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int block_size) {
+  if (max_blocks != max_blocks_) {  // another table width: every region is laid out anew
+    buckets_.clear();
+    max_blocks_ = max_blocks;
+  }
+  std::unique_ptr<Bucket>& slot = buckets_[size];
+  if (slot) return *slot;
+  slot = std::make_unique<Bucket>();
+  Bucket& k = *slot;
+  k.size = size;
+  const int64_t n = size;
+  struct Piece {
+    Tensor* host;
+    Tensor* dev;
+    DType dtype;
+    Shape shape;
+  };
+  ForwardBatch& h = k.host_view;
+  ForwardBatch& d = k.dev_batch;
+  Piece pieces[] = {
+      {&h.token_ids, &d.token_ids, DType::I32, {n}},
+      {&h.attn.positions, &d.attn.positions, DType::I32, {n}},
+      {&h.attn.seq_lens, &d.attn.seq_lens, DType::I32, {n}},
+      {&h.attn.query_start_loc, &d.attn.query_start_loc, DType::I32, {n + 1}},
+      {&h.attn.req_id_per_token, &d.attn.req_id_per_token, DType::I32, {n}},
+      {&h.logits_indices, &d.logits_indices, DType::I32, {n}},
+      {&h.attn.slot_mapping, &d.attn.slot_mapping, DType::I64, {n}},
+      {&h.attn.block_table, &d.attn.block_table, DType::I32, {n, max_blocks}},
+  };
+  size_t offsets[std::size(pieces)];
+  for (size_t i = 0; i < std::size(pieces); ++i) {
+    offsets[i] = k.bytes;
+    k.bytes += aligned(size_t(shape_numel(pieces[i].shape)) * dtype_size(pieces[i].dtype));
+  }
+  k.host = Buffer::zeros(DType::U8, {int64_t(k.bytes)});  // once, at creation: no stale bytes
+  k.dev = Storage(Device::CUDA, DType::U8, {int64_t(k.bytes)});
+  auto* hb = static_cast<char*>(k.host.view().data);
+  auto* db = static_cast<char*>(k.dev.view().data);
+  for (size_t i = 0; i < std::size(pieces); ++i) {
+    *pieces[i].host = Tensor{hb + offsets[i], pieces[i].dtype, pieces[i].shape, Device::CPU};
+    *pieces[i].dev = Tensor{db + offsets[i], pieces[i].dtype, pieces[i].shape, Device::CUDA};
+  }
+  for (ForwardBatch* b : {&h, &d}) {
+    b->attn.n_seqs = size;
+    b->attn.n_tokens = size;
+    b->attn.block_size = block_size;
+    // The split-KV plan: a fingerprint of this capture alone, so that layer 0's plan kernel is
+    // captured (the cache is forgotten before each capture) and layers 1.. reuse its buffer; in a
+    // replay that kernel rebuilds the plan from the step's device positions.
+    b->attn.fingerprint = kGraphFingerprint ^ uint64_t(size);
+    b->max_query_len = 1;
+    b->spec_decode = false;
+  }
+  // One token a sequence: these are the same for every step of the bucket (never rewritten).
+  int32_t* qsl = h.attn.query_start_loc.ptr<int32_t>();
+  int32_t* req = h.attn.req_id_per_token.ptr<int32_t>();
+  int32_t* li = h.logits_indices.ptr<int32_t>();
+  for (int r = 0; r <= size; ++r) qsl[r] = r;
+  for (int r = 0; r < size; ++r) req[r] = li[r] = r;
+  return k;
+}
+
+void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b) {
+  const int B = b.attn.n_seqs, Bp = k.size, bs = b.attn.block_size;
+  const int64_t W = max_blocks_;
+  ForwardBatch& h = k.host_view;
+  int32_t* tok = h.token_ids.ptr<int32_t>();
+  int32_t* pos = h.attn.positions.ptr<int32_t>();
+  int32_t* lens = h.attn.seq_lens.ptr<int32_t>();
+  int64_t* slot = h.attn.slot_mapping.ptr<int64_t>();
+  int32_t* table = h.attn.block_table.ptr<int32_t>();
+  const int32_t* src_table = b.attn.block_table.ptr<int32_t>();
+  const int64_t src_w = b.attn.block_table.size(1);
+  std::memcpy(tok, b.token_ids.data, size_t(B) * sizeof(int32_t));
+  std::memcpy(pos, b.attn.positions.data, size_t(B) * sizeof(int32_t));
+  std::memcpy(lens, b.attn.seq_lens.data, size_t(B) * sizeof(int32_t));
+  std::memcpy(slot, b.attn.slot_mapping.data, size_t(B) * sizeof(int64_t));
+  // Real rows: the table entries their context covers (entries past it are never read, as in the
+  // eager step's table).
+  for (int r = 0; r < B; ++r) {
+    const int64_t used = (int64_t(lens[r]) + bs - 1) / bs;
+    std::memcpy(table + r * W, src_table + r * src_w, size_t(used) * sizeof(int32_t));
+  }
+  // Padding rows: the rows that were real last step (the tail that shrank) are reset; rows that
+  // were padding already keep their values but entry 0, when row 0's first block moved.
+  const int32_t pad_block = table[0];
+  const int was_real = k.prev_real < 0 ? Bp : k.prev_real;  // never staged: every row is reset
+  last_padding_rewrites = 0;
+  for (int r = B; r < Bp; ++r) {
+    if (r < was_real) {
+      tok[r] = 0;
+      pos[r] = 0;
+      lens[r] = 1;
+      slot[r] = -1;
+      table[r * W] = pad_block;
+      ++last_padding_rewrites;
+    } else if (pad_block != k.pad_block) {
+      table[r * W] = pad_block;
+      ++last_padding_rewrites;
+    }
+  }
+  k.prev_real = B;
+  k.pad_block = pad_block;
+  // One host→device copy of the region (synchronous like the eager step's metadata copy).
+  cuda::copy(k.dev.view(), k.host.view());
+  last_copy_bytes = int64_t(k.bytes);
+}
+
+bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits) {
+  if (!cuda_graph_ineligible(batch).empty()) return false;
+  // The indexer_recent control copies through the host (an eval diagnostic): eager.
+  if (model_.ablation().indexer_recent) return false;
+  const int Bp = cuda_graph_bucket(sizes_, batch.attn.n_seqs);
+  if (Bp == 0 || logits.device != Device::CUDA || logits.dtype != DType::F32 ||
+      logits.size(0) < Bp || cache.device() != Device::CUDA)
+    return false;
+  Bucket& k = bucket(Bp, int(batch.attn.block_table.size(1)), batch.attn.block_size);
+  if (k.uncapturable) return false;
+  stage(k, batch);
+  const Tensor out = logits.rows(0, Bp);  // [Bp, vocab]: the padding rows' logits too
+  const bool stale = k.graph.empty() || k.epoch != ops::cuda::device_memory_epoch() ||
+                     k.ws_generation != model_.workspace_generation() || k.logits != out.data ||
+                     k.cache != cache.latent(0).data;
+  if (!stale) {
+    k.graph.launch();
+    ops::cuda::invalidate_mla_plan_cache();  // the replay rewrote the plan buffer
+    ++replays_;
+    return true;
+  }
+  // The eager warm-up on the padded batch: this step's logits and cache writes, and every
+  // allocation, attribute and table the capture must find in place.
+  ops::cuda::invalidate_mla_plan_cache();
+  model_.forward(k.dev_batch, cache, out);
+  model_.settle_workspace();  // a reset now, so that the capture's own reset allocates nothing
+  ops::cuda::invalidate_mla_plan_cache();  // the warm-up's plan key must not hit in the capture
+  const uint64_t epoch = ops::cuda::device_memory_epoch();
+  try {
+    k.graph.capture([&] { model_.forward(k.dev_batch, cache, out); });
+    OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(),
+                 "the capture reallocated device memory");
+  } catch (const Error& e) {
+    // The warm-up gave this step's logits; the bucket's later steps run eagerly. A bug to report
+    // (the step budget tests capture every layer kind), not a reason to stop serving.
+    ops::cuda::invalidate_mla_plan_cache();
+    k.graph = cuda::CudaGraph();
+    k.uncapturable = true;
+    ++capture_failures_;
+    std::fprintf(stderr,
+                 "osprey: CUDA graph capture of batch size %d failed, it runs eagerly: %s\n", Bp,
+                 e.what());
+    return true;
+  }
+  ops::cuda::invalidate_mla_plan_cache();
+  k.epoch = epoch;
+  k.ws_generation = model_.workspace_generation();
+  k.logits = out.data;
+  k.cache = cache.latent(0).data;
+  ++captures_;
+  return true;
+}
+
+const ForwardBatch* CudaGraphRunner::device_batch(int bucket) const {
+  const auto it = buckets_.find(bucket);
+  return it == buckets_.end() ? nullptr : &it->second->dev_batch;
+}
+
+const cuda::CudaGraph* CudaGraphRunner::graph(int bucket) const {
+  const auto it = buckets_.find(bucket);
+  return it == buckets_.end() || it->second->graph.empty() ? nullptr : &it->second->graph;
+}
+
+#endif
+
+}  // namespace osprey

@@ -1,0 +1,419 @@
+// Decode steps as CUDA graph replays (engine/cuda_graph_runner.h) against the eager step, on the
+// bundled model (models/osprey-arith) and on random small DeepSeek-V3.2-like models that take the
+// sm90 kernels (latent 512 + 64, indexer 64 × 128, FP8 linears, 8-group routing):
+//   - replay logits == the padded eager warm-up's, bit for bit; real rows close to the unpadded
+//     eager step's; padding rows write no cache entry; batch sizes crossing bucket edges;
+//   - the captured step holds no memset and no host node, and a kernel budget per layer kind
+//     (dense, MoE, the DSA indexer's share), measured by differencing models of other depths;
+//   - the shrink-tail rule on the runner's device metadata;
+//   - the engine with --cuda-graph gives the eager engine's greedy tokens, sync and async.
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "core/device_buffer.h"
+#include "cuda_graph_util.h"
+#include "cuda_test_util.h"
+#include "engine/cuda_graph_runner.h"
+#include "engine/engine.h"
+#include "model/greedy.h"
+#include "model/make_model.h"
+
+namespace osprey {
+namespace {
+using namespace testing;
+
+std::string bundled_model() {
+  const char* e = std::getenv("OSPREY_BUNDLED_MODEL");
+  return e && *e ? e : OSPREY_BUNDLED_MODEL;
+}
+
+// DeepSeek-V3.2's attention and indexer shapes (the sm90 kernels' class) at a small width.
+ModelConfig dsv32_small(int layers, int dense_layers, bool indexer) {
+  ModelConfig c = preset_config("dsv32");
+  c.num_hidden_layers = layers;
+  c.first_k_dense_replace = dense_layers;
+  c.hidden_size = 2048;
+  c.intermediate_size = 4096;
+  c.vocab_size = 8192;
+  c.num_attention_heads = c.num_key_value_heads = 16;
+  c.q_lora_rank = 512;
+  c.n_routed_experts = 64;  // 8 groups of 8, top-4 groups, top-8 experts (as V3.2's routing)
+  c.index_topk = 64;        // below the test contexts: the selection is sparse
+  c.max_position_embeddings = 4096;
+  if (!indexer) {
+    c.has_indexer = false;
+    c.model_type = ModelType::DeepseekV3;
+    c.model_type_name = "deepseek_v3";
+  }
+  return c;
+}
+std::unique_ptr<DeepseekModel> small_model(int layers, int dense, bool indexer) {
+  const ModelConfig c = dsv32_small(layers, dense, indexer);
+  return std::make_unique<DeepseekModel>(c, make_dummy_weights_cuda(c, 7, /*fp8=*/true));
+}
+
+constexpr int kBlocksPerSeq = 4;  // 256 positions a sequence: the contexts below fit
+
+// Sequences prefilled eagerly, one at a time, and the decode step each takes next.
+struct Batch {
+  std::vector<SeqStep> decode;
+};
+Batch prefill(const DeepseekModel& m, PagedKVCache& cache, int B, std::mt19937& g) {
+  const int V = m.config().vocab_size;
+  std::uniform_int_distribution<int> tok(2, V - 1);
+  Batch b;
+  for (int s = 0; s < B; ++s) {
+    const int len = 17 + (37 * s) % 150;  // 17 .. 166: some past the index top-k
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (auto& t : prompt) t = tok(g);
+    std::vector<int32_t> blocks(kBlocksPerSeq);
+    for (int i = 0; i < kBlocksPerSeq; ++i) blocks[size_t(i)] = s * kBlocksPerSeq + i;
+    OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
+    Buffer logits(DType::F32, {1, V});
+    m.forward(ob.batch(), cache, logits);
+    b.decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
+  }
+  return b;
+}
+
+struct CacheSnapshot {
+  std::vector<Buffer> latent, index_keys;
+};
+CacheSnapshot snapshot(const PagedKVCache& c, bool indexer) {
+  cuda::synchronize();
+  CacheSnapshot s;
+  for (int l = 0; l < c.n_layers(); ++l) {
+    s.latent.push_back(cuda::to_host(c.latent(l)));
+    if (indexer) s.index_keys.push_back(cuda::to_host(c.index_keys(l)));
+  }
+  return s;
+}
+bool same_bytes(const Buffer& a, const Buffer& b) {
+  return a.view().nbytes() == b.view().nbytes() &&
+         std::memcmp(a.view().data, b.view().data, a.view().nbytes()) == 0;
+}
+// Latent rows (slots) of a cache layer [n_blocks, block, W] that differ between a and b.
+std::vector<int64_t> changed_slots(const Buffer& a, const Buffer& b) {
+  const int64_t slots = a.view().size(0) * a.view().size(1);
+  const size_t row = a.view().nbytes() / size_t(slots);
+  std::vector<int64_t> out;
+  for (int64_t s = 0; s < slots; ++s)
+    if (std::memcmp(static_cast<const char*>(a.view().data) + size_t(s) * row,
+                    static_cast<const char*>(b.view().data) + size_t(s) * row, row) != 0)
+      out.push_back(s);
+  return out;
+}
+// Blocks of an indexer key cache [n_blocks, ...] that differ between a and b.
+std::vector<int64_t> changed_blocks(const Buffer& a, const Buffer& b) {
+  const int64_t n = a.view().size(0);
+  const size_t row = a.view().nbytes() / size_t(n);
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(static_cast<const char*>(a.view().data) + size_t(i) * row,
+                    static_cast<const char*>(b.view().data) + size_t(i) * row, row) != 0)
+      out.push_back(i);
+  return out;
+}
+double rel_l2(const float* a, const float* b, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    d += double(a[i] - b[i]) * double(a[i] - b[i]);
+    r += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(d / std::max(r, 1e-30));
+}
+
+// Replay vs eager for batch sizes crossing the bucket edges (buckets 1, 2, 4, 8, 16).
+void replay_matches_eager(const DeepseekModel& m, const char* what) {
+  const ModelConfig& c = m.config();
+  const int64_t V = c.vocab_size;
+  std::mt19937 g(11);
+  for (int B : {1, 2, 3, 5, 8, 9, 13, 16}) {
+    SCOPED_TRACE(strf("%s B=%d", what, B));
+    PagedKVCache cache = m.make_cache(int64_t(B) * kBlocksPerSeq);
+    const Batch seqs = prefill(m, cache, B, g);
+    OwnedBatch ob(seqs.decode, kBlockSize);
+    Buffer eager(DType::F32, {B, V});
+    m.forward(ob.batch(), cache, eager);  // writes the step's cache entries
+    const CacheSnapshot s0 = snapshot(cache, c.has_indexer);
+
+    CudaGraphRunner runner(m, {1, 2, 4, 8, 16});
+    const int Bp = cuda_graph_bucket(runner.capture_sizes(), B);
+    Storage dl(Device::CUDA, DType::F32, {16, V});
+    ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // warm-up + capture
+    ASSERT_EQ(runner.capture_failures(), 0);
+    EXPECT_EQ(runner.captures(), 1);
+    const Buffer warm = cuda::to_host(dl.view().rows(0, Bp));
+    const CacheSnapshot s1 = snapshot(cache, c.has_indexer);
+    cuda::fill_bytes(dl.view(), 0xff);
+    ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // replay
+    EXPECT_EQ(runner.replays(), 1);
+    const Buffer replay = cuda::to_host(dl.view().rows(0, Bp));
+    const CacheSnapshot s2 = snapshot(cache, c.has_indexer);
+
+    // The replay is the padded warm-up, bit for bit: logits and cache.
+    EXPECT_TRUE(same_bytes(replay, warm)) << "replay logits differ from the eager warm-up";
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      EXPECT_TRUE(same_bytes(s2.latent[size_t(l)], s1.latent[size_t(l)])) << "layer " << l;
+      if (c.has_indexer) {
+        EXPECT_TRUE(same_bytes(s2.index_keys[size_t(l)], s1.index_keys[size_t(l)]))
+            << "layer " << l;
+      }
+    }
+    // Padding wrote nothing: only the real tokens' slots (blocks) may differ from the unpadded
+    // eager step's cache (rounding of GEMMs over more rows).
+    std::vector<int64_t> real_slots, real_blocks;
+    for (const SeqStep& s : seqs.decode) {
+      const int64_t blk = s.blocks[size_t(s.start_pos / kBlockSize)];
+      real_slots.push_back(blk * kBlockSize + s.start_pos % kBlockSize);
+      real_blocks.push_back(blk);
+    }
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      for (int64_t slot : changed_slots(s1.latent[size_t(l)], s0.latent[size_t(l)])) {
+        EXPECT_NE(std::find(real_slots.begin(), real_slots.end(), slot), real_slots.end())
+            << "layer " << l << ": the padded step wrote latent slot " << slot;
+      }
+      if (!c.has_indexer) continue;
+      for (int64_t blk : changed_blocks(s1.index_keys[size_t(l)], s0.index_keys[size_t(l)])) {
+        EXPECT_NE(std::find(real_blocks.begin(), real_blocks.end(), blk), real_blocks.end())
+            << "layer " << l << ": the padded step wrote indexer block " << blk;
+      }
+    }
+    // Real rows: the unpadded eager logits up to rounding; the same greedy token where clear.
+    const double err = rel_l2(replay.f32(), eager.f32(), int64_t(B) * V);
+    std::printf("GRAPH %s B=%d bucket %d: replay vs unpadded eager rel L2 %.2e\n", what, B, Bp,
+                err);
+    EXPECT_LT(err, 2e-2);
+    for (int r = 0; r < B; ++r) {
+      const float* e = eager.f32() + r * V;
+      const float* x = replay.f32() + r * V;
+      int a = 0, b = 0;
+      for (int64_t v = 1; v < V; ++v) {
+        if (e[v] > e[a]) a = int(v);
+        if (x[v] > x[b]) b = int(v);
+      }
+      float second = -INFINITY;
+      for (int64_t v = 0; v < V; ++v)
+        if (v != a) second = std::max(second, e[v]);
+      if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
+        EXPECT_EQ(a, b) << "row " << r << ": greedy token changed";
+      }
+    }
+  }
+}
+
+TEST(CudaGraphStep, BundledModelReplayMatchesEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  replay_matches_eager(*m, "osprey-arith");
+}
+
+TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(3, 1, true);  // 1 dense + 2 MoE layers, all with the indexer
+  replay_matches_eager(*m, "dsv32-small");
+}
+
+// The kernel budget of a decode step, per layer kind. UNVERIFIED: counted from the launch paths by
+// reading the code (no GPU where this was written); the test prints the measured counts. A change
+// that adds (or removes) a kernel must change these on purpose.
+//   dense layer (attention without the indexer + the dense MLP + two add-norms)
+constexpr int kDenseLayerKernels = 27;
+//   MoE layer (the same attention + router + routed experts + shared expert + add + norms)
+constexpr int kMoeLayerKernels = 32;
+//   the DSA indexer's share of a layer (wq_b, wk, norm, ropes, key write, weights, q quant,
+//   logits, top-k)
+constexpr int kDsaLayerKernels = 14;
+constexpr int kBudgetBatch = 4;
+
+struct Captured {
+  GraphNodes nodes;
+  int layers = 0;
+};
+Captured capture_step(int layers, int dense, bool indexer) {
+  const auto m = small_model(layers, dense, indexer);
+  std::mt19937 g(5);
+  PagedKVCache cache = m->make_cache(kBudgetBatch * kBlocksPerSeq);
+  const Batch seqs = prefill(*m, cache, kBudgetBatch, g);
+  OwnedBatch ob(seqs.decode, kBlockSize);
+  CudaGraphRunner runner(*m, {kBudgetBatch});
+  Storage dl(Device::CUDA, DType::F32, {kBudgetBatch, m->config().vocab_size});
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  EXPECT_EQ(runner.capture_failures(), 0);
+  EXPECT_EQ(runner.replays(), 1);
+  const cuda::CudaGraph* graph = runner.graph(kBudgetBatch);
+  EXPECT_NE(graph, nullptr);
+  Captured c;
+  c.layers = layers;
+  if (graph) c.nodes = graph_nodes(static_cast<cudaGraph_t>(graph->raw_graph()));
+  const cuda::GraphNodeCounts n = graph ? graph->nodes() : cuda::GraphNodeCounts{};
+  EXPECT_EQ(n.kernels, c.nodes.kernels);
+  std::printf("GRAPH step %d layers (%d dense, indexer %s): %s\n", layers, dense,
+              indexer ? "on" : "off", c.nodes.summary().c_str());
+  return c;
+}
+
+TEST(CudaGraphStep, NoMemsetNoHostNodeAndKernelBudgetPerLayer) {
+  OSPREY_REQUIRE_GPU();
+  const Captured a = capture_step(2, 1, true);   // 1 dense + 1 MoE
+  const Captured b = capture_step(3, 1, true);   // 1 dense + 2 MoE
+  const Captured c = capture_step(3, 2, true);   // 2 dense + 1 MoE
+  const Captured d = capture_step(2, 1, false);  // a without the indexer
+  ASSERT_FALSE(HasFatalFailure());
+  for (const Captured* x : {&a, &b, &c, &d}) {
+    EXPECT_EQ(x->nodes.memsets, 0) << x->nodes.summary();
+    EXPECT_EQ(x->nodes.hosts, 0) << x->nodes.summary();
+    EXPECT_EQ(x->nodes.others, 0) << x->nodes.summary();
+  }
+  const int moe = b.nodes.kernels - a.nodes.kernels;
+  const int dense = c.nodes.kernels - a.nodes.kernels;
+  const int dsa2 = a.nodes.kernels - d.nodes.kernels;  // two layers' indexers
+  std::printf(
+      "GRAPH budget measured: dense layer %d kernels (budget %d), MoE layer %d (budget %d), DSA "
+      "share %d per layer (budget %d); a 2-layer step %d kernels, %d memcpy nodes\n",
+      dense, kDenseLayerKernels + kDsaLayerKernels, moe, kMoeLayerKernels + kDsaLayerKernels,
+      dsa2 / 2, kDsaLayerKernels, a.nodes.kernels, a.nodes.memcpys);
+  EXPECT_EQ(dense, kDenseLayerKernels + kDsaLayerKernels);
+  EXPECT_EQ(moe, kMoeLayerKernels + kDsaLayerKernels);
+  EXPECT_EQ(dsa2 % 2, 0);
+  EXPECT_EQ(dsa2 / 2, kDsaLayerKernels);
+}
+
+// The runner's device metadata across steps that shrink and grow inside one bucket.
+TEST(CudaGraphStep, ShrinkTailOnTheDeviceBuffers) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  const int64_t V = m->config().vocab_size;
+  std::mt19937 g(3);
+  PagedKVCache cache = m->make_cache(7 * kBlocksPerSeq);
+  Batch seqs = prefill(*m, cache, 7, g);
+  CudaGraphRunner runner(*m, {8});
+  Storage dl(Device::CUDA, DType::F32, {8, V});
+  struct Rows {
+    Buffer tok, pos, lens, qsl, req, li, slot, table;
+  };
+  auto read = [&] {
+    const ForwardBatch* d = runner.device_batch(8);
+    EXPECT_NE(d, nullptr);
+    return Rows{cuda::to_host(d->token_ids),
+                cuda::to_host(d->attn.positions),
+                cuda::to_host(d->attn.seq_lens),
+                cuda::to_host(d->attn.query_start_loc),
+                cuda::to_host(d->attn.req_id_per_token),
+                cuda::to_host(d->logits_indices),
+                cuda::to_host(d->attn.slot_mapping),
+                cuda::to_host(d->attn.block_table)};
+  };
+  auto step = [&](int B) {
+    std::vector<SeqStep> d(seqs.decode.begin(), seqs.decode.begin() + B);
+    OwnedBatch ob(d, kBlockSize);
+    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+    for (int s = 0; s < B; ++s) ++seqs.decode[size_t(s)].start_pos;  // the next position
+    return d;
+  };
+  auto expect_rows = [&](const Rows& r, const std::vector<SeqStep>& real, int64_t width) {
+    const int B = int(real.size());
+    for (int i = 0; i <= 8; ++i) EXPECT_EQ(r.qsl.ptr<int32_t>()[i], i) << "qsl " << i;
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(r.req.ptr<int32_t>()[i], i);
+      EXPECT_EQ(r.li.ptr<int32_t>()[i], i);
+      const int32_t* row = r.table.ptr<int32_t>() + i * width;
+      if (i < B) {
+        const SeqStep& s = real[size_t(i)];
+        EXPECT_EQ(r.tok.ptr<int32_t>()[i], s.tokens[0]) << "row " << i;
+        EXPECT_EQ(r.pos.ptr<int32_t>()[i], s.start_pos) << "row " << i;
+        EXPECT_EQ(r.lens.ptr<int32_t>()[i], s.start_pos + 1) << "row " << i;
+        EXPECT_EQ(r.slot.ptr<int64_t>()[i],
+                  int64_t(s.blocks[size_t(s.start_pos / kBlockSize)]) * kBlockSize +
+                      s.start_pos % kBlockSize)
+            << "row " << i;
+        for (int b = 0; b <= s.start_pos / kBlockSize; ++b)
+          EXPECT_EQ(row[b], s.blocks[size_t(b)]) << "row " << i << " block " << b;
+      } else {  // padding: reads row 0's first block, writes nothing
+        EXPECT_EQ(r.tok.ptr<int32_t>()[i], 0) << "padding row " << i;
+        EXPECT_EQ(r.pos.ptr<int32_t>()[i], 0) << "padding row " << i;
+        EXPECT_EQ(r.lens.ptr<int32_t>()[i], 1) << "padding row " << i;
+        EXPECT_EQ(r.slot.ptr<int64_t>()[i], -1) << "padding row " << i;
+        EXPECT_EQ(row[0], real[0].blocks[0]) << "padding row " << i;
+      }
+    }
+  };
+  const int64_t width = kBlocksPerSeq;  // OwnedBatch's table: the widest sequence's blocks
+  auto real = step(7);
+  EXPECT_EQ(runner.last_padding_rewrites, 1);  // first staging: row 7 is laid out as padding
+  const int64_t copy_bytes = runner.last_copy_bytes;
+  expect_rows(read(), real, width);
+  real = step(5);  // rows 5, 6 shrank off: only they are reset
+  EXPECT_EQ(runner.last_padding_rewrites, 2);
+  EXPECT_EQ(runner.last_copy_bytes, copy_bytes);  // one copy of the bucket's region, always
+  expect_rows(read(), real, width);
+  real = step(5);  // nothing shrank: no padding row rewritten
+  EXPECT_EQ(runner.last_padding_rewrites, 0);
+  expect_rows(read(), real, width);
+  real = step(6);  // row 5 real again, rows 6, 7 stay padding untouched
+  EXPECT_EQ(runner.last_padding_rewrites, 0);
+  expect_rows(read(), real, width);
+  EXPECT_EQ(runner.captures(), 1);
+  EXPECT_EQ(runner.replays(), 3);
+}
+
+// The engine with --cuda-graph: the eager engine's greedy tokens, synchronous and async; the
+// batch shrinks across bucket edges (16 → 8 → 4 → 2 → 1) as requests finish.
+TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  std::mt19937 g(9);
+  std::uniform_int_distribution<int> tok(2, m->config().vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 13; ++i) {
+    std::vector<int32_t> p(size_t(5 + 7 * i % 40));
+    for (auto& t : p) t = tok(g);
+    prompts.push_back(p);
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 3 + 2 * i;
+    sp.ignore_eos = true;
+    params.push_back(sp);
+  }
+  auto run = [&](bool graphs, bool async, EngineStats* st) {
+    EngineConfig ec;
+    ec.max_num_seqs = 16;
+    ec.max_model_len = 256;
+    ec.num_blocks = 16 * 4;
+    ec.cuda_graph = graphs;
+    ec.async_scheduling = async;
+    Engine e(*m, ec);
+    std::vector<Engine::Result> r = e.generate(prompts, params);
+    *st = e.stats();
+    std::vector<std::vector<int32_t>> t;
+    for (auto& x : r) t.push_back(x.tokens);
+    return t;
+  };
+  EngineStats s_eager, s_sync, s_async;
+  const auto eager = run(false, false, &s_eager);
+  const auto sync = run(true, false, &s_sync);
+  const auto async = run(true, true, &s_async);
+  EXPECT_EQ(sync, eager);
+  EXPECT_EQ(async, eager);
+  EXPECT_EQ(s_eager.cuda_graph_replays, 0);
+  EXPECT_EQ(s_sync.cuda_graph_capture_failures, 0);
+  EXPECT_EQ(s_async.cuda_graph_capture_failures, 0);
+  EXPECT_GT(s_sync.cuda_graph_replays, 10);
+  EXPECT_GT(s_async.cuda_graph_replays, 10);
+  std::printf(
+      "GRAPH engine: %lld replays / %lld captures (sync), %lld / %lld (async) of %lld steps\n",
+      static_cast<long long>(s_sync.cuda_graph_replays),
+      static_cast<long long>(s_sync.cuda_graph_captures),
+      static_cast<long long>(s_async.cuda_graph_replays),
+      static_cast<long long>(s_async.cuda_graph_captures), static_cast<long long>(s_sync.steps));
+}
+
+}  // namespace
+}  // namespace osprey
