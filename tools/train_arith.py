@@ -354,16 +354,20 @@ def check_prefix_sharing(model, mtp, examples, eos, device, routers, loads, tole
     if not shared:
         return {"passed": False, "reason": "the conversations share no untrained prefix"}
     params = [p for p in list(model.parameters()) + (list(mtp.parameters()) if mtp is not None else [])]
-    tf32, sparse = torch.backends.cuda.matmul.allow_tf32, TrainState.sparse
-    torch.backends.cuda.matmul.allow_tf32, TrainState.sparse = False, False
-    runs = []
+    tf32, sparse, active = torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active
+    torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active = False, False, True
+    runs, seconds = [], []  # seconds: forward + backward, float32 (the first run warms up too)
     try:
         for share in (0, shared):
             loads.clear()
             for p in params:
                 p.grad = None
+            t0 = time.time()
             losses = step_losses(model, mtp, ids, labels, valid, eos, share)
             sum(losses).backward()
+            if ids.is_cuda:
+                torch.cuda.synchronize()
+            seconds.append(round(time.time() - t0, 3))
             grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().float()
                                for p in params])
             runs.append(([x.item() for x in losses], grads, {r: loads[r].clone() for r in routers}))
@@ -371,14 +375,15 @@ def check_prefix_sharing(model, mtp, examples, eos, device, routers, loads, tole
         for p in params:
             p.grad = None
         loads.clear()
-        torch.backends.cuda.matmul.allow_tf32, TrainState.sparse = tf32, sparse
+        torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active = tf32, sparse, active
     (full, g_full, l_full), (part, g_part, l_part) = runs
     loss_diff = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(full, part))
     grad_diff = ((g_full - g_part).norm() / g_full.norm().clamp_min(1e-12)).item()
     load_diff = sum(int((l_full[r] - l_part[r]).abs().sum()) for r in routers)
     res = {"rows": ids.shape[0], "tokens": ids.shape[1], "shared": shared,
            "losses_whole": full, "losses_shared": part, "max_rel_loss_diff": loss_diff,
-           "rel_grad_diff": grad_diff, "router_load_diff": load_diff, "tolerance": tolerance}
+           "rel_grad_diff": grad_diff, "router_load_diff": load_diff, "tolerance": tolerance,
+           "seconds_whole_shared": seconds}
     res["passed"] = loss_diff <= tolerance and grad_diff <= tolerance
     return res
 
@@ -1236,11 +1241,12 @@ def pack_tensors(entries):
             kind, bits = "f32", t.float().numpy().view(np.uint32).astype(np.uint64)
             drop = 8 * (4 - keep)
             if drop:
-                bits = (bits + (1 << (drop - 1))) >> drop
+                bits = (bits + np.uint64(1 << (drop - 1))) >> np.uint64(drop)
         else:
             kind, keep = "i64", 8
             bits = t.long().numpy().view(np.uint64)
-        planes = [((bits >> (8 * i)) & 0xFF).astype(np.uint8).tobytes() for i in reversed(range(keep))]
+        planes = [((bits >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8).tobytes()
+                  for i in reversed(range(keep))]
         data = b"".join(planes)
         index.append({"name": name, "kind": kind, "shape": list(t.shape), "dtype": str(t.dtype),
                       "bytes": keep, "offset": offset, "size": len(data)})
@@ -1270,11 +1276,12 @@ def unpack_tensors(index, blob):
     return out
 
 
-def save_state(folder, meta, modules, opt):
-    """Writes folder/state.json (meta: counters, schedule, data order, RNG) and folder/tensors.bin
-    (every module's state_dict, the optimizer's moments and step counters). Returns its bytes."""
+def save_state(folder, meta, modules, opt, extra=None):
+    """Writes folder/state.json (meta: counters, schedule, RNG) and folder/tensors.bin (every
+    module's state_dict, the optimizer's moments and step counters, the extra {name: integer
+    tensor}: the data order). Returns its bytes."""
     os.makedirs(folder, exist_ok=True)
-    entries = []
+    entries = [(f"extra.{k}", v, 8) for k, v in (extra or {}).items()]
     for prefix, module in modules.items():
         params = {n for n, _ in module.named_parameters()}
         for n, t in module.state_dict().items():
@@ -1297,8 +1304,9 @@ def save_state(folder, meta, modules, opt):
 
 
 def load_state(folder, modules, opt):
-    """save_state's inverse: loads the modules and the optimizer in place, returns the meta.
-    Exits with a message on a missing, foreign or mismatched state."""
+    """save_state's inverse: loads the modules and the optimizer in place, returns the meta with
+    the extra tensors under meta["extra"]. Exits with a message on a missing, foreign or
+    mismatched state."""
     paths = [os.path.join(folder, n) for n in ("state.json", "tensors.bin")]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
@@ -1333,6 +1341,7 @@ def load_state(folder, modules, opt):
     for g, saved in zip(groups, meta["param_groups"]):
         g.update({k: v for k, v in saved.items() if k != "params"})
     opt.load_state_dict({"state": state, "param_groups": groups})
+    meta["extra"] = {n[len("extra."):]: t for n, t in tensors.items() if n.startswith("extra.")}
     return meta
 
 
@@ -1537,15 +1546,16 @@ def main():
             sys.exit(f"train_arith: --resume {args.resume}: the state is from call {meta['phase']}/"
                      f"{meta['phases']}; this is --phase {phase}/{phases} (expected {meta['phase'] + 1}/"
                      f"{meta['phases']})")
-        if len(meta["order"]) != len(data) or len(meta["tool_order"]) != len(tool_data):
-            sys.exit(f"train_arith: --resume {args.resume}: the saved data order has {len(meta['order'])} "
-                     f"problems and {len(meta['tool_order'])} conversations; this call made "
-                     f"{len(data)} and {len(tool_data)}")
+        order, tool_order = (meta["extra"][k].tolist() for k in ("order", "tool_order"))
+        if sorted(order) != list(range(len(data))) or sorted(tool_order) != list(range(len(tool_data))):
+            sys.exit(f"train_arith: --resume {args.resume}: the saved data order covers {len(order)} "
+                     f"problems and {len(tool_order)} conversations; this call made {len(data)} and "
+                     f"{len(tool_data)}")
         random.setstate((meta["random"][0], tuple(meta["random"][1]), meta["random"][2]))
         torch.set_rng_state(torch.tensor(meta["torch_rng"], dtype=torch.uint8))
         history, step, stage_switch = meta["history"], meta["step"], meta["sparse_from_step"]
         tool_steps, frac0, trained0, plan_s = meta["tool_steps"], meta["frac"], meta["train_seconds"], meta["plan_s"]
-        order, cursor, tool_order, tool_cursor = meta["order"], meta["cursor"], meta["tool_order"], meta["tool_cursor"]
+        cursor, tool_cursor = meta["cursor"], meta["tool_cursor"]
         calls = meta["calls"]
         print(f"resumed {args.resume}: call {phase}/{phases} from step {step}, schedule at {frac0:.3f} of "
               f"{plan_s:.0f} s, {trained0:.0f} s trained", flush=True)
@@ -1680,10 +1690,11 @@ def main():
         meta = {"run_args": run_args, "phase": phase, "phases": phases, "step": step,
                 "sparse_from_step": stage_switch, "tool_steps": tool_steps, "frac": min(frac, 1.0),
                 "train_seconds": train_seconds, "plan_s": plan_s, "history": history, "calls": calls,
-                "order": order, "cursor": cursor, "tool_order": tool_order, "tool_cursor": tool_cursor,
+                "cursor": cursor, "tool_cursor": tool_cursor,
                 "random": [rs[0], list(rs[1]), rs[2]], "torch_rng": torch.get_rng_state().tolist(),
                 "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
-        size = save_state(args.save_state, meta, state_modules, opt)
+        size = save_state(args.save_state, meta, state_modules, opt,
+                          {"order": torch.tensor(order), "tool_order": torch.tensor(tool_order)})
         print(f"saved the training state of call {phase}/{phases} in {args.save_state} ({size / 2**20:.1f} "
               f"MiB of tensors) in {time.time() - t_save:.1f} s; {time.time() - T_PROCESS:.0f} s after the "
               f"start", flush=True)
