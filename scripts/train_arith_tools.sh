@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# Issues #16 and #17 on the GPU machine, in one call of under 10 minutes: retrains the bundled
-# arithmetic model with its MTP layer and its chat modes (plain, thinking, the calculator tool;
-# tools/train_arith.py: training capped at 7 minutes and the whole script at a wall-clock budget),
-# evaluates it under transformers (the chat modes on 300 test problems, plain accuracy sparse and
-# dense on the 1,000, the MTP draft acceptance for K = 1, 2, 3), then, given an osprey binary, runs
+# Issues #16 and #17 on the GPU machine, in one call of under 10 minutes or in a run of N calls: retrains
+# the bundled arithmetic model with its MTP layer and its chat modes (plain, thinking, the calculator
+# tool; tools/train_arith.py: training capped at 7 minutes and the whole script at a wall-clock
+# budget), evaluates it under transformers (the chat modes on 300 test problems, plain accuracy sparse
+# and dense on the 1,000, the MTP draft acceptance for K = 1, 2, 3), then, given an osprey binary, runs
 # osprey's accuracy gate on the new folder (`osprey eval --task arith`, plain prompts: it must
 # stay within the old interval), and packs everything into OUT.
 #
-# Usage: scripts/train_arith_tools.sh OUT [OSPREY_BINARY [--device cuda|cpu]] [-- train args...]
+# Usage: scripts/train_arith_tools.sh [--phase K/N] [--resume DIR] OUT [OSPREY_BINARY [--device cuda|cpu]]
+#                                     [-- train args...]
 #   smoke, ~2-3 min (every code path on tiny data; osprey eval on 50 problems):
 #     scripts/train_arith_tools.sh $OUT build/osprey --device cuda -- --smoke
-#   full, < 10 min:
+#   full, one call, < 10 min:
 #     scripts/train_arith_tools.sh $OUT build/osprey --device cuda
-# Budgets (environment): TRAIN_ARITH_BUDGET_S (510: the whole training script, evaluation
-# included), TRAIN_ARITH_EVAL_RESERVE_S (120: of it, kept for saving and evaluating),
-# OSPREY_EVAL_TIMEOUT_S (55), TRAIN_ARITH_PART_MIB (15: the archive's part size).
+#   full, a run of N calls (each < 10 min; the learning-rate schedule, the dense/sparse stages and
+#   the MTP weight follow the run's planned training time, fixed by call 1, continuously):
+#     call 1:      scripts/train_arith_tools.sh --phase 1/3 $OUT
+#     call 2:      scripts/train_arith_tools.sh --phase 2/3 --resume gpucarry/arith-state $OUT
+#     call 3 (=N): scripts/train_arith_tools.sh --phase 3/3 --resume gpucarry/arith-state $OUT build/osprey --device cuda
+#   between calls, unpack the state where the next call reads it (and carry that folder in):
+#     rm -rf gpucarry/arith-state && mkdir -p gpucarry/arith-state &&
+#       cat OUT/arith-state.tar.* | tar -x -C gpucarry/arith-state
+# Budgets (environment): TRAIN_ARITH_BUDGET_S (the whole training script: 510 for the last call,
+# evaluation included; 555 for a call K < N), TRAIN_ARITH_EVAL_RESERVE_S (120: of it, kept for saving
+# and evaluating), TRAIN_ARITH_STATE_RESERVE_S (20: kept for saving the state, calls K < N),
+# OSPREY_EVAL_TIMEOUT_S (55), TRAIN_ARITH_PART_MIB (15: the archives' part size).
 #
-# OUT receives at most 6 files (a device call returns 8, each at most 16 MiB):
+# OUT of a call K < N (5-6 files; a device call returns 8, each at most 16 MiB):
+#   arith-state.tar.00, .01, ... (15 MiB parts): state.json, tensors.bin (~43 MiB: weights, Adam's
+#   moments, data order, RNG, counters); train.log, summary.txt
+# OUT of the last (or only) call receives at most 6 files:
 #   osprey-arith.tar.gz, or osprey-arith.tar.gz.00, .01, ... (15 MiB parts) when larger:
 #     osprey-arith/  config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
 #                    train_report.json: what models/osprey-arith holds
@@ -27,7 +40,25 @@
 #   mkdir -p /tmp/arith && cat OUT/osprey-arith.tar.gz* | tar -xz -C /tmp/arith
 #   cp /tmp/arith/osprey-arith/* models/osprey-arith/
 set -uo pipefail
-usage="usage: train_arith_tools.sh OUT [OSPREY_BINARY [--device cuda|cpu]] [-- train args]"
+usage="usage: train_arith_tools.sh [--phase K/N] [--resume DIR] OUT [OSPREY_BINARY [--device cuda|cpu]] [-- train args]"
+phase=1/1 resume=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --phase) phase=${2:?$usage}; shift 2 ;;
+    --resume) resume=${2:?$usage}; shift 2 ;;
+    *) break ;;
+  esac
+done
+if [[ ! $phase =~ ^([0-9]+)/([0-9]+)$ ]] || (( BASH_REMATCH[1] < 1 || BASH_REMATCH[1] > BASH_REMATCH[2] )); then
+  echo "train_arith_tools: --phase $phase: expected K/N with 1 <= K <= N" >&2
+  exit 2
+fi
+intermediate=0
+(( BASH_REMATCH[1] < BASH_REMATCH[2] )) && intermediate=1
+if [[ -n $resume && ! -f $resume/state.json ]]; then
+  echo "train_arith_tools: --resume $resume has no state.json (unpack the previous call's arith-state.tar.*)" >&2
+  exit 2
+fi
 out=${1:?$usage}
 shift
 osprey="" device=cuda train_args=()
@@ -50,14 +81,49 @@ smoke=0
 for a in "${train_args[@]}"; do [[ $a == --smoke ]] && smoke=1; done
 status=0
 
+phase_args=(--phase "$phase")
+[[ -n $resume ]] && phase_args+=(--resume "$resume")
+if [[ $intermediate == 1 ]]; then
+  phase_args+=(--save-state "$work/state" --minutes 9.5 --time-budget-s "${TRAIN_ARITH_BUDGET_S:-555}"
+               --state-reserve-s "${TRAIN_ARITH_STATE_RESERVE_S:-20}")
+else
+  phase_args+=(--minutes 7 --time-budget-s "${TRAIN_ARITH_BUDGET_S:-510}")
+fi
 PYTHONUNBUFFERED=1 python3 "$here/tools/train_arith.py" --out "$model" --eval-dir "$evald" \
-  --minutes 7 --time-budget-s "${TRAIN_ARITH_BUDGET_S:-510}" \
-  --eval-reserve-s "${TRAIN_ARITH_EVAL_RESERVE_S:-120}" "${train_args[@]}" 2>&1 | tee "$out/train.log"
+  --eval-reserve-s "${TRAIN_ARITH_EVAL_RESERVE_S:-120}" "${phase_args[@]}" "${train_args[@]}" 2>&1 |
+  tee "$out/train.log"
 rc=${PIPESTATUS[0]}
 if [[ $rc != 0 ]]; then
   echo "train_arith_tools: tools/train_arith.py exited with $rc (3: a check or an evaluation" \
     "section failed, the folder is saved; see train.log)" >&2
   status=1
+fi
+
+if [[ $intermediate == 1 ]]; then
+  # A call K < N: the training state, in parts, for the next call's --resume.
+  rm -f "$out"/arith-state.tar.[0-9][0-9]
+  if [[ -f $work/state/state.json ]]; then
+    tar -cf "$work/arith-state.tar" -C "$work/state" state.json tensors.bin
+    split -b "${TRAIN_ARITH_PART_MIB:-15}M" -d -a 2 "$work/arith-state.tar" "$out/arith-state.tar."
+    python3 - "$work/state/state.json" <<'PY' 2>&1 | tee "$out/summary.txt"
+import json, sys
+m = json.load(open(sys.argv[1]))
+c = m["calls"][-1]
+print(f"call {m['phase']}/{m['phases']}: {c['steps']} steps in {c['train_seconds']} s ({c['steps_per_second']} "
+      f"steps/s, {c['shared_prefix_steps']} of {c['tool_steps']} tool steps with the prefix shared), setup "
+      f"{c['setup_seconds']} s; run: {m['step']} steps, {m['train_seconds']:.0f} s, schedule at {m['frac']:.3f} "
+      f"of {m['plan_s']:.0f} s; last {m['history'][-1] if m['history'] else None}")
+print("shared-prefix check:", c.get("shared_prefix_check"))
+PY
+    echo "train_arith_tools: state packed into $(cd "$out" && ls arith-state.tar.* | tr '\n' ' ')" \
+      "($(stat -c %s "$work/arith-state.tar") bytes); next: unpack them into the folder the next call's" \
+      "--resume names"
+  else
+    echo "train_arith_tools: no training state was saved (see train.log)" >&2
+    status=1
+  fi
+  ls -la "$out"
+  exit $status
 fi
 
 if [[ -n $osprey && -f $model/model.safetensors ]]; then

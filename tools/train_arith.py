@@ -101,6 +101,7 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import traceback  # noqa: E402
+import zlib  # noqa: E402
 
 try:
     import torch
@@ -132,6 +133,11 @@ MAX_POSITIONS = 2048
 # recomputation with dense attention in float32 (TF32 off): the same arithmetic in other shapes
 # differs by ~1e-6; a wrong mask or position moves logits by far more than this.
 MTP_CHECK_TOLERANCE = 1e-3
+# Shortest common prefix that a batch runs once (step_losses); the calculator conversations'
+# tools block is ~1100 tokens, a plain batch shares ~3 (worth nothing).
+SHARE_MIN_TOKENS = 64
+# Conversations of the shared-prefix check at the start of every call (check_prefix_sharing).
+SHARE_CHECK_ROWS = 4
 # Texts per tokenizer batch when preparing the training data (bounds the Encodings alive at once).
 ENCODE_CHUNK = 50_000
 
@@ -258,8 +264,11 @@ class Encoder:
                                  f"{first}: {''.join(t for t, _ in segs)[:200]!r}")
 
 
-def make_masked_batch(examples, device):
-    """Right-padded (pad = eos) inputs and labels (-100 outside the trained segments)."""
+def make_masked_batch(examples, device, share_min=0):
+    """Right-padded (pad = eos) inputs and labels (-100 outside the trained segments), and the
+    length of the prefix the rows share (0: none) when it is at least share_min tokens, shorter
+    than every row and untrained (no label within it or at the position after it): the
+    calculator conversations' tools block, which step_losses then runs once."""
     L = max(len(ids) for ids, _ in examples)
     ids_t = torch.full((len(examples), L), 1, dtype=torch.long)
     labels = torch.full((len(examples), L), -100, dtype=torch.long)
@@ -270,19 +279,137 @@ def make_masked_batch(examples, device):
         m = torch.tensor(mask)
         labels[i, :len(ids)] = torch.where(m, t, torch.full_like(t, -100))
         valid[i, :len(ids)] = True
-    return ids_t.to(device), labels.to(device), valid.to(device)
+    shared = 0
+    if share_min > 0 and len(examples) > 1:
+        same = (ids_t == ids_t[:1]).all(0)
+        shared = min(int(same.long().cumprod(0).sum()), min(len(ids) for ids, _ in examples) - 1)
+        if shared < share_min or not bool((labels[:, 1:shared + 1] == -100).all()):
+            shared = 0
+    return ids_t.to(device), labels.to(device), valid.to(device), shared
+
+
+class NoMask(dict):
+    """An attention-mask mapping (the form generate passes) that gives every layer no mask:
+    the training attention makes its own, and a suffix at offset positions needs none built."""
+
+    def __missing__(self, key):
+        return None
+
+
+def step_losses(model, mtp, ids, labels, valid, eos, shared=0):
+    """(lm_loss, mtp_loss, kl) of a training batch (make_masked_batch's tensors). shared > 0:
+    the first `shared` positions, the same in every row and untrained, run once (one row, their
+    keys kept: Prefix) and the rows' suffixes over them: the same losses and gradients as the
+    whole batch (the prefix's KL terms and router loads counted once per row)."""
+    B, S = ids.shape
+    pos = torch.arange(S, device=ids.device)
+    TrainState.kl, TrainState.load_weight = {}, 1
+    try:
+        if shared:
+            L = shared
+            TrainState.prefix, TrainState.valid, TrainState.load_weight = Prefix(B), valid[:1, :L], B
+            h_pre = model.model(input_ids=ids[:1, :L], use_cache=False).last_hidden_state  # [1, L, H]
+            TrainState.prefix.mode, TrainState.valid, TrainState.load_weight = "use", valid[:, L:], 1
+            hidden = model.model(input_ids=ids[:, L:], position_ids=pos[None, L:], attention_mask=NoMask(),
+                                 use_cache=False).last_hidden_state                          # [B, S-L, H]
+            TrainState.prefix = None
+        else:
+            L = 0
+            TrainState.valid = valid
+            hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state           # [B, S, H]
+        logits = model.lm_head(hidden)
+        lm_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, L + 1:].flatten(),
+                                  ignore_index=-100)
+        mtp_loss = torch.zeros((), device=ids.device)
+        if mtp is not None:
+            embed, rotary = model.model.embed_tokens, model.model.rotary_emb
+            # position i: the main hidden state h_i and the token x_{i+1} → x_{i+2}; the last
+            # position has no x_{i+1} (eos stands in; it predicts nothing that is trained)
+            nxt = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], eos)], dim=1)
+            valid_mtp = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], dim=1)
+            M = max(L - 1, 0)  # the MTP positions shared: h_i and x_{i+1} both in the prefix
+            if M:
+                TrainState.prefix, TrainState.load_weight = Prefix(B), B
+                x = mtp.combine(embed, h_pre[:, :M], nxt[:1, :M], pos[:M])
+                mtp.train_block(x, rotary(h_pre, pos[None, :M]), valid_mtp[:1, :M])
+                TrainState.prefix.mode, TrainState.load_weight = "use", 1
+            h = hidden if not L else torch.cat([h_pre[:, M:L].expand(B, -1, -1), hidden], dim=1)
+            x = mtp.combine(embed, h, nxt[:, M:], pos[M:])                                   # [B, S-M, H]
+            x = mtp.train_block(x, rotary(hidden, pos[None, M:]), valid_mtp[:, M:])
+            TrainState.prefix = None
+            mtp_logits = mtp.logits(model.lm_head, x)
+            mtp_loss = F.cross_entropy(mtp_logits[:, :-2].flatten(0, 1).float(), labels[:, M + 2:].flatten(),
+                                       ignore_index=-100)
+        kl = torch.stack([num / den for num, den in TrainState.kl.values()]).mean()
+    finally:
+        TrainState.prefix, TrainState.load_weight = None, 1
+    return lm_loss, mtp_loss, kl
+
+
+def check_prefix_sharing(model, mtp, examples, eos, device, routers, loads, tolerance=2e-3):
+    """step_losses on a batch of calculator conversations with the shared prefix run once
+    against the whole batch, float32 without TF32, dense attention: losses, every gradient and
+    the router loads. Returns the report; "passed" False (or an exception) turns sharing off."""
+    ids, labels, valid, shared = make_masked_batch(examples, device, share_min=1)
+    if not shared:
+        return {"passed": False, "reason": "the conversations share no untrained prefix"}
+    params = [p for p in list(model.parameters()) + (list(mtp.parameters()) if mtp is not None else [])]
+    tf32, sparse, active = torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active
+    torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active = False, False, True
+    runs, seconds = [], []  # seconds: forward + backward, float32 (the first run warms up too)
+    try:
+        for share in (0, shared):
+            loads.clear()
+            for p in params:
+                p.grad = None
+            t0 = time.time()
+            losses = step_losses(model, mtp, ids, labels, valid, eos, share)
+            sum(losses).backward()
+            if ids.is_cuda:
+                torch.cuda.synchronize()
+            seconds.append(round(time.time() - t0, 3))
+            grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten().float()
+                               for p in params])
+            runs.append(([x.item() for x in losses], grads, {r: loads[r].clone() for r in routers}))
+    finally:
+        for p in params:
+            p.grad = None
+        loads.clear()
+        torch.backends.cuda.matmul.allow_tf32, TrainState.sparse, TrainState.active = tf32, sparse, active
+    (full, g_full, l_full), (part, g_part, l_part) = runs
+    loss_diff = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(full, part))
+    grad_diff = ((g_full - g_part).norm() / g_full.norm().clamp_min(1e-12)).item()
+    load_diff = sum(int((l_full[r] - l_part[r]).abs().sum()) for r in routers)
+    res = {"rows": ids.shape[0], "tokens": ids.shape[1], "shared": shared,
+           "losses_whole": full, "losses_shared": part, "max_rel_loss_diff": loss_diff,
+           "rel_grad_diff": grad_diff, "router_load_diff": load_diff, "tolerance": tolerance,
+           "seconds_whole_shared": seconds}
+    res["passed"] = loss_diff <= tolerance and grad_diff <= tolerance
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
 # Attention for training and for the MTP layer: transformers' MLA math and the V3.2 indexer's
 # selection with the modules' own weights, the indexer's scores with gradient and the KL, and
-# keys from several streams (the MTP layer's chained draft steps).
+# keys from several streams (the MTP layer's chained draft steps) or from a shared prefix.
+
+class Prefix:
+    """A prefix shared by every row of a batch (the calculator conversations' ~1100-token tools
+    block), computed once: "record" while one row of it runs (its keys kept per attention
+    module, its KL and router loads counted `rows` times, as the rows would count them), then
+    "use" while the rows' suffixes run over those keys and their own."""
+
+    def __init__(self, rows):
+        self.mode, self.rows, self.kv = "record", rows, {}
+
 
 class TrainState:
     active = False   # the patched forward of the main layers runs only while training
     sparse = False   # stage 2
-    valid = None     # [B, S] bool: real tokens (queries counted in the KL)
-    kl = []          # one scalar per layer (the MTP layer's included)
+    valid = None     # [B, S] bool: real tokens (queries counted in the KL) of the running call
+    kl = {}          # per attention module (the MTP layer's included): [Σ KL over queries, queries]
+    prefix = None    # a Prefix while a shared-prefix batch runs
+    load_weight = 1  # how many rows each token of the running call stands for (router loads)
 
 
 def causal_mask(S, device):
@@ -302,55 +429,67 @@ def chain_mask(S, step, device):
     return torch.cat(parts, dim=1)
 
 
-def indexer_scores(ix, xq, q_resid, xkvs, position_embeddings):
-    """[B, S, R·S] fp32: Σ_h w[s,h]·relu(scale·q[s,h]·k[t]), as DeepseekV32Indexer computes it but
-    differentiable, of the queries (xq [B, S, H], q_resid [B, S, q_lora]) against the keys of the R
-    streams xkvs (each [B, S, H], positions 0..S-1)."""
+def stream_keys(attn, x, position_embeddings):
+    """The keys of one (normed) stream x [B, S, H] of a DeepseekV32Attention at the positions of
+    position_embeddings: (MLA key [B, nh, S, dqk], value [B, nh, S, dv], indexer key [B, S, Di]);
+    the indexer's from x detached (its only signal is the KL)."""
+    B, S, _ = x.shape
+    cos, sin = position_embeddings
+    compressed_kv = attn.kv_a_proj_with_mqa(x)
+    kv_pass, k_rot = torch.split(compressed_kv, [attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
+    k_pass = attn.kv_a_layernorm(kv_pass).view(B, 1, S, attn.kv_lora_rank)
+    k_rot = k_rot.view(B, 1, S, attn.qk_rope_head_dim)
+    _, k_rot = mdl.apply_rotary_pos_emb_interleave(k_rot, k_rot, cos, sin)
+    key, value = attn.expand_kv(k_pass, k_rot)                                # [B, nh, S, d]
+    ix = attn.indexer
+    rope = ix.qk_rope_head_dim
+    k = ix.k_norm(ix.wk(x.detach())).unsqueeze(2)                             # [B, S, 1, Di]
+    k_rot, k_pass = torch.split(k, [rope, ix.head_dim - rope], dim=-1)
+    _, k_rot = mdl.apply_rotary_pos_emb(k_rot, k_rot, cos, sin, unsqueeze_dim=2)
+    return key, value, torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+
+
+def cat_keys(parts, rows):
+    """The keys of several streams (stream_keys tuples) concatenated along the key positions,
+    each broadcast to `rows` rows (a shared prefix's keys have one)."""
+    def grow(t):
+        return t.expand(rows, *t.shape[1:]) if t.shape[0] != rows else t
+    return tuple(torch.cat([grow(p[i]) for p in parts], dim=2 if i < 2 else 1) for i in range(3))
+
+
+def indexer_scores(ix, xq, q_resid, ikey, position_embeddings):
+    """[B, S, T] fp32: Σ_h w[s,h]·relu(scale·q[s,h]·k[t]), as DeepseekV32Indexer computes it but
+    differentiable, of the queries (xq [B, S, H], q_resid [B, S, q_lora], at the positions of
+    position_embeddings) against the indexer keys ikey [B, T, Di] (stream_keys)."""
     B, S, _ = xq.shape
     cos, sin = position_embeddings
     rope = ix.qk_rope_head_dim
     q = ix.wq_b(q_resid).view(B, S, ix.n_heads, ix.head_dim)
     q_rot, q_pass = torch.split(q, [rope, ix.head_dim - rope], dim=-1)
-    keys = []
-    for x in xkvs:
-        k = ix.k_norm(ix.wk(x)).unsqueeze(2)                                   # [B, S, 1, D]
-        k_rot, k_pass = torch.split(k, [rope, ix.head_dim - rope], dim=-1)
-        q_roped, k_rot = mdl.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
-        keys.append(torch.cat([k_rot, k_pass], dim=-1).squeeze(2))            # [B, S, D]
+    q_roped, _ = mdl.apply_rotary_pos_emb(q_rot, q_rot, cos, sin, unsqueeze_dim=2)
     q = torch.cat([q_roped, q_pass], dim=-1)                                  # [B, S, Hi, D]
-    k = torch.cat(keys, dim=1)                                                # [B, R·S, D]
-    scores = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * ix.softmax_scale)
+    scores = F.relu(torch.matmul(q.float(), ikey.transpose(-1, -2).float().unsqueeze(1)) * ix.softmax_scale)
     w = ix.weights_proj(xq.to(ix.weights_proj.weight.dtype)).float() * (ix.n_heads ** -0.5)
-    return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)                  # [B, S, R·S]
+    return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)                  # [B, S, T]
 
 
-def mla_attention(attn, xq, xkvs, allowed, position_embeddings, sparse, valid=None):
+def mla_attend(attn, xq, q_pe, keys, allowed, sparse, valid=None, kl_weight=1):
     """MLA output [B, S, H] of a DeepseekV32Attention for the (normed) queries' inputs xq
-    [B, S, H] over the keys and values of the R (normed) streams xkvs ([B, S, H] each, positions
-    0..S-1), restricted to allowed [S, R·S] and, when sparse, to the indexer's index_topk best
-    allowed keys. With valid ([B, S] bool) the indexer's KL to the attention is appended to
-    TrainState.kl (training)."""
+    [B, S, H] at the positions of q_pe over keys (key, value, indexer key: stream_keys, T key
+    positions), restricted to allowed [S, T] and, when sparse, to the indexer's index_topk best
+    allowed keys. With valid ([B, S] bool) the indexer's KL to the attention is added to
+    TrainState.kl (training), each query counted kl_weight times."""
     B, S, _ = xq.shape
     T = allowed.shape[-1]
-    cos, sin = position_embeddings
+    cos, sin = q_pe
     q_resid = attn.q_a_layernorm(attn.q_a_proj(xq))
     q_states = attn.q_b_proj(q_resid).view(B, S, -1, attn.qk_head_dim).transpose(1, 2)
     q_pass, q_rot = torch.split(q_states, [attn.qk_nope_head_dim, attn.qk_rope_head_dim], dim=-1)
-    keys, values = [], []
-    for x in xkvs:
-        compressed_kv = attn.kv_a_proj_with_mqa(x)
-        kv_pass, k_rot = torch.split(compressed_kv, [attn.kv_lora_rank, attn.qk_rope_head_dim], dim=-1)
-        k_pass = attn.kv_a_layernorm(kv_pass).view(B, 1, S, attn.kv_lora_rank)
-        k_rot = k_rot.view(B, 1, S, attn.qk_rope_head_dim)
-        q_roped, k_rot = mdl.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)
-        key, value = attn.expand_kv(k_pass, k_rot)                            # [B, nh, S, d]
-        keys.append(key)
-        values.append(value)
+    q_roped, _ = mdl.apply_rotary_pos_emb_interleave(q_rot, q_rot[:, :1], cos, sin)
     query = torch.cat((q_pass, q_roped), dim=-1)                              # [B, nh, S, dqk]
-    key, value = torch.cat(keys, dim=2), torch.cat(values, dim=2)             # [B, nh, R·S, d]
+    key, value, ikey = keys                                                   # [B, nh, T, d]
 
-    idx = indexer_scores(attn.indexer, xq.detach(), q_resid.detach(), [x.detach() for x in xkvs],
-                         position_embeddings)
+    idx = indexer_scores(attn.indexer, xq.detach(), q_resid.detach(), ikey, q_pe)
     idx = idx.masked_fill(~allowed, float("-inf"))
     if sparse and attn.indexer.index_topk < T:
         top = idx.detach().topk(attn.indexer.index_topk, dim=-1).indices
@@ -369,8 +508,37 @@ def mla_attention(attn, xq, xkvs, allowed, position_embeddings, sparse, valid=No
         logp = torch.log_softmax(idx.masked_fill(~sel, float("-inf")), dim=-1).masked_fill(~sel, 0.0)
         kl = (target * (torch.log(target.clamp_min(1e-12)) - logp)).masked_fill(~sel, 0.0).sum(-1)
         v = valid.float()
-        TrainState.kl.append((kl * v).sum() / v.sum())
+        part = [(kl * v).sum() * kl_weight, v.sum() * kl_weight]
+        acc = TrainState.kl.get(attn)
+        TrainState.kl[attn] = part if acc is None else [acc[0] + part[0], acc[1] + part[1]]
     return attn.o_proj(out)
+
+
+def mla_attention(attn, xq, xkvs, allowed, position_embeddings, sparse, valid=None):
+    """mla_attend over the keys of the R (normed) streams xkvs ([B, S, H] each, positions
+    0..S-1, the queries' too), allowed [S, R·S]."""
+    keys = cat_keys([stream_keys(attn, x, position_embeddings) for x in xkvs], xq.shape[0])
+    return mla_attend(attn, xq, position_embeddings, keys, allowed, sparse, valid)
+
+
+def train_attention(attn, x, position_embeddings, valid):
+    """Causal training attention of the (normed) stream x [B, S, H] (positions those of
+    position_embeddings), through TrainState.prefix when a shared prefix runs: "record" keeps
+    x's keys (x is the prefix, one row); "use" puts them before x's own (x is the rows'
+    suffixes, which see the whole prefix)."""
+    pre = TrainState.prefix
+    B, S, _ = x.shape
+    keys = stream_keys(attn, x, position_embeddings)
+    allowed, weight = causal_mask(S, x.device), 1
+    if pre is not None and pre.mode == "record":
+        pre.kv[attn] = keys
+        weight = pre.rows
+    elif pre is not None:
+        prefix_keys = pre.kv.pop(attn)
+        P = prefix_keys[2].shape[1]
+        keys = cat_keys([prefix_keys, keys], B)
+        allowed = torch.cat([torch.ones(S, P, dtype=torch.bool, device=x.device), allowed], dim=1)
+    return mla_attend(attn, x, position_embeddings, keys, allowed, TrainState.sparse, valid, weight)
 
 
 _original_forward = mdl.DeepseekV32Attention.forward
@@ -381,9 +549,7 @@ def training_attention_forward(self, hidden_states, position_embeddings, attenti
     if not TrainState.active:
         return _original_forward(self, hidden_states, position_embeddings, attention_mask,
                                  past_key_values=past_key_values, position_ids=position_ids, **kwargs)
-    causal = causal_mask(hidden_states.shape[1], hidden_states.device)
-    return mla_attention(self, hidden_states, [hidden_states], causal, position_embeddings,
-                         TrainState.sparse, TrainState.valid), None
+    return train_attention(self, hidden_states, position_embeddings, TrainState.valid), None
 
 
 mdl.DeepseekV32Attention.forward = training_attention_forward
@@ -422,6 +588,13 @@ class MTPLayer(nn.Module):
         normed = [blk.input_layernorm(x) for x in streams]
         h = streams[-1] + mla_attention(blk.self_attn, normed[-1], normed, allowed,
                                         position_embeddings, sparse, valid)
+        return h + blk.mlp(blk.post_attention_layernorm(h))
+
+    def train_block(self, x, position_embeddings, valid):
+        """block_forward of one causal stream x in training (train_attention: a shared prefix's
+        keys when TrainState.prefix is on)."""
+        blk = self.block
+        h = x + train_attention(blk.self_attn, blk.input_layernorm(x), position_embeddings, valid)
         return h + blk.mlp(blk.post_attention_layernorm(h))
 
     def logits(self, head, x):
@@ -1041,6 +1214,138 @@ def write_report(out, report):
 
 
 # ---------------------------------------------------------------------------------------------
+# Training state across device calls (--save-state / --resume)
+
+STATE_VERSION = 1
+# Bytes kept of each float32 in the saved state: the parameters' top 3 (round to nearest: a
+# relative error <= 2^-17, a one-time nudge below one AdamW step at the lowest learning rate for
+# weights of typical size), Adam's moments' top 2 (bfloat16: they forget in ~10 and ~20 steps,
+# betas 0.9 / 0.95), buffers, step counters and integers whole. What the 64 MiB that a device
+# call carries in allows: ~43 MiB for this model with its MTP layer, instead of 103 MiB.
+PARAM_BYTES, MOMENT_BYTES = 3, 2
+# The arguments a resumed call must share with the run it continues (what the model learns).
+RUN_ARGS = ("n_train", "n_tool", "batch", "tool_batch", "lr", "indexer_lr", "index_topk",
+            "bias_update", "no_mtp", "mtp_weight", "mtp_weight_late", "mtp_weight_switch",
+            "dense_frac", "seed", "tool_frac", "thinking_frac", "smoke")
+
+
+def pack_tensors(entries):
+    """[(name, tensor, bytes kept)] → (index, blob): float tensors as the top `bytes` of their
+    float32 bits (rounded to nearest), integer tensors as int64, each as byte planes (most
+    significant first: the exponents compress), zlib level 1."""
+    import numpy as np
+    index, chunks, offset = [], [], 0
+    for name, t, keep in entries:
+        t = t.detach().cpu().contiguous()
+        if t.is_floating_point():
+            kind, bits = "f32", t.float().numpy().view(np.uint32).astype(np.uint64)
+            drop = 8 * (4 - keep)
+            if drop:
+                bits = (bits + np.uint64(1 << (drop - 1))) >> np.uint64(drop)
+        else:
+            kind, keep = "i64", 8
+            bits = t.long().numpy().view(np.uint64)
+        planes = [((bits >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8).tobytes()
+                  for i in reversed(range(keep))]
+        data = b"".join(planes)
+        index.append({"name": name, "kind": kind, "shape": list(t.shape), "dtype": str(t.dtype),
+                      "bytes": keep, "offset": offset, "size": len(data)})
+        chunks.append(data)
+        offset += len(data)
+    return index, zlib.compress(b"".join(chunks), 1)
+
+
+def unpack_tensors(index, blob):
+    """pack_tensors' inverse: {name: tensor} (floats as float32, then the saved dtype)."""
+    import numpy as np
+    raw = zlib.decompress(blob)
+    out = {}
+    for e in index:
+        data = np.frombuffer(raw, dtype=np.uint8, count=e["size"], offset=e["offset"])
+        keep = e["bytes"]
+        planes = data.reshape(keep, -1).astype(np.uint64)
+        bits = np.zeros(planes.shape[1], dtype=np.uint64)
+        for i in range(keep):
+            bits |= planes[i] << np.uint64(8 * (keep - 1 - i))
+        if e["kind"] == "f32":
+            bits <<= np.uint64(8 * (4 - keep))
+            t = torch.from_numpy(bits.astype(np.uint32).view(np.float32).copy())
+        else:
+            t = torch.from_numpy(bits.view(np.int64).copy())
+        out[e["name"]] = t.reshape(e["shape"]).to(getattr(torch, e["dtype"].replace("torch.", "")))
+    return out
+
+
+def save_state(folder, meta, modules, opt, extra=None):
+    """Writes folder/state.json (meta: counters, schedule, RNG) and folder/tensors.bin (every
+    module's state_dict, the optimizer's moments and step counters, the extra {name: integer
+    tensor}: the data order). Returns its bytes."""
+    os.makedirs(folder, exist_ok=True)
+    entries = [(f"extra.{k}", v, 8) for k, v in (extra or {}).items()]
+    for prefix, module in modules.items():
+        params = {n for n, _ in module.named_parameters()}
+        for n, t in module.state_dict().items():
+            entries.append((f"{prefix}.{n}", t, PARAM_BYTES if n in params else 4))
+    pid = {id(p): i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+    for p, st in opt.state.items():
+        for k, v in st.items():
+            keep = 4 if k == "step" else MOMENT_BYTES
+            entries.append((f"opt.{pid[id(p)]}.{k}", v if torch.is_tensor(v) else torch.tensor(float(v)), keep))
+    index, blob = pack_tensors(entries)
+    meta = dict(meta, version=STATE_VERSION, tensors=index,
+                param_groups=[{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups])
+    tmp = os.path.join(folder, "tensors.bin.tmp")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, os.path.join(folder, "tensors.bin"))
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump(meta, f)
+    return len(blob)
+
+
+def load_state(folder, modules, opt):
+    """save_state's inverse: loads the modules and the optimizer in place, returns the meta with
+    the extra tensors under meta["extra"]. Exits with a message on a missing, foreign or
+    mismatched state."""
+    paths = [os.path.join(folder, n) for n in ("state.json", "tensors.bin")]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        sys.exit(f"train_arith: --resume {folder}: no {', '.join(missing)} (unpack the previous call's "
+                 f"arith-state.tar* there: cat OUT/arith-state.tar* | tar -x -C {folder})")
+    with open(paths[0]) as f:
+        meta = json.load(f)
+    if meta.get("version") != STATE_VERSION:
+        sys.exit(f"train_arith: --resume {folder}: state version {meta.get('version')}, this script "
+                 f"reads {STATE_VERSION}")
+    with open(paths[1], "rb") as f:
+        tensors = unpack_tensors(meta["tensors"], f.read())
+    for prefix, module in modules.items():
+        sd = module.state_dict()
+        got = {n[len(prefix) + 1:]: t for n, t in tensors.items() if n.startswith(prefix + ".")}
+        if set(got) != set(sd):
+            sys.exit(f"train_arith: --resume {folder}: the saved {prefix} tensors differ from this "
+                     f"model's: {sorted(set(got) ^ set(sd))[:5]}")
+        bad = [n for n in sd if tuple(sd[n].shape) != tuple(got[n].shape)]
+        if bad:
+            sys.exit(f"train_arith: --resume {folder}: {prefix} shapes differ at {bad[:5]}")
+        module.load_state_dict({n: got[n].to(sd[n].dtype) for n in sd})
+    params = [p for g in opt.param_groups for p in g["params"]]
+    state = {}
+    for name, t in tensors.items():
+        if name.startswith("opt."):
+            _, i, k = name.split(".", 2)
+            state.setdefault(int(i), {})[k] = t.float()
+    if any(i >= len(params) for i in state):
+        sys.exit(f"train_arith: --resume {folder}: the saved optimizer has more parameters than this model")
+    groups = opt.state_dict()["param_groups"]
+    for g, saved in zip(groups, meta["param_groups"]):
+        g.update({k: v for k, v in saved.items() if k != "params"})
+    opt.load_state_dict({"state": state, "param_groups": groups})
+    meta["extra"] = {n[len("extra."):]: t for n, t in tensors.items() if n.startswith("extra.")}
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1085,6 +1390,20 @@ def main():
                     help="test problems for the thinking and tool evaluation (0: none)")
     ap.add_argument("--padding-check", type=int, default=8,
                     help="thinking prompts generated both unpadded and left-padded (0: none)")
+    ap.add_argument("--phase", default="1/1", help="K/N: this call is the K-th of a run of N device "
+                    "calls (1/1: one call, as before); K < N trains until its budget and saves the state "
+                    "(--save-state), K > 1 continues it (--resume), K = N then saves and evaluates")
+    ap.add_argument("--save-state", default=None, help="folder for the training state (calls K < N)")
+    ap.add_argument("--resume", default=None, help="the previous call's --save-state folder (calls K > 1)")
+    ap.add_argument("--plan-train-s", type=float, default=0.0,
+                    help="the run's training seconds over all its calls, which the schedule's progress "
+                         "(warm-up, dense/sparse, MTP weight, cosine) follows (0: call 1's training "
+                         "budget times N, less the last call's larger reserve)")
+    ap.add_argument("--state-reserve-s", type=float, default=20.0,
+                    help="seconds of --time-budget-s kept for saving the state (calls K < N)")
+    ap.add_argument("--no-share-prefix", dest="share_prefix", action="store_false",
+                    help="run the calculator conversations' common tools block with every row "
+                         "(default: once per batch, checked against the whole batch at the start)")
     ap.add_argument("--smoke", action="store_true", help="a few steps on tiny data, then a small eval")
     ap.add_argument("--no-eval", action="store_true",
                     help="save the trained folder and stop (evaluate later with --eval-only)")
@@ -1098,6 +1417,18 @@ def main():
     if args.out is None:
         args.out = "/tmp/osprey-arith-smoke" if args.smoke else os.path.join(ROOT, "models", "osprey-arith")
     args.eval_dir = args.eval_dir or args.out
+    m = re.fullmatch(r"(\d+)/(\d+)", args.phase)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        ap.error(f"--phase {args.phase}: expected K/N with 1 <= K <= N, e.g. 1/3")
+    args.phase = (int(m.group(1)), int(m.group(2)))
+    if (args.phase[0] < args.phase[1]) != (args.save_state is not None):
+        ap.error(f"--phase {args.phase[0]}/{args.phase[1]}: --save-state is for the calls before the "
+                 f"last one (and only for them)")
+    if (args.phase[0] > 1) != (args.resume is not None):
+        ap.error(f"--phase {args.phase[0]}/{args.phase[1]}: --resume is for the calls after the first "
+                 f"one (and only for them)")
+    if args.eval_only and (args.save_state or args.resume):
+        ap.error("--eval-only trains nothing: no --save-state or --resume")
     if not 1 <= args.mtp_k <= 3:
         ap.error("--mtp-k must be 1, 2 or 3")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -1193,37 +1524,92 @@ def main():
     routers = [m for m in modules if isinstance(m, mdl.DeepseekV32TopkRouter)]
     loads = {}
 
-    def count_load(module, _inp, out):
-        loads[module] = torch.bincount(out[2].flatten(), minlength=module.num_experts)
+    def count_load(module, _inp, out):  # summed over a step's calls (a shared prefix counts per row)
+        n = torch.bincount(out[2].flatten(), minlength=module.num_experts) * TrainState.load_weight
+        loads[module] = n if module not in loads else loads[module] + n
 
     hooks = [r.register_forward_hook(count_load) for r in routers]
+    state_modules = {"model": model, **({"mtp": mtp} if mtp is not None else {})}
+    run_args = {k: getattr(args, k) for k in RUN_ARGS}
+    phase, phases = args.phase
+    intermediate = phase < phases
+
+    # The run so far (--resume) or a new one; the schedule's progress frac runs 0 → 1 over the
+    # run's planned training seconds (plan_s, fixed by its first call), continuously across calls.
+    if args.resume:
+        meta = load_state(args.resume, state_modules, opt)
+        if meta["run_args"] != run_args:
+            diff = {k: (meta["run_args"].get(k), v) for k, v in run_args.items() if meta["run_args"].get(k) != v}
+            sys.exit(f"train_arith: --resume {args.resume}: this call's arguments differ from the run's "
+                     f"(saved, now): {diff}")
+        if meta["phases"] != phases or meta["phase"] + 1 != phase:
+            sys.exit(f"train_arith: --resume {args.resume}: the state is from call {meta['phase']}/"
+                     f"{meta['phases']}; this is --phase {phase}/{phases} (expected {meta['phase'] + 1}/"
+                     f"{meta['phases']})")
+        order, tool_order = (meta["extra"][k].tolist() for k in ("order", "tool_order"))
+        if sorted(order) != list(range(len(data))) or sorted(tool_order) != list(range(len(tool_data))):
+            sys.exit(f"train_arith: --resume {args.resume}: the saved data order covers {len(order)} "
+                     f"problems and {len(tool_order)} conversations; this call made {len(data)} and "
+                     f"{len(tool_data)}")
+        random.setstate((meta["random"][0], tuple(meta["random"][1]), meta["random"][2]))
+        torch.set_rng_state(torch.tensor(meta["torch_rng"], dtype=torch.uint8))
+        history, step, stage_switch = meta["history"], meta["step"], meta["sparse_from_step"]
+        tool_steps, frac0, trained0, plan_s = meta["tool_steps"], meta["frac"], meta["train_seconds"], meta["plan_s"]
+        cursor, tool_cursor = meta["cursor"], meta["tool_cursor"]
+        calls = meta["calls"]
+        print(f"resumed {args.resume}: call {phase}/{phases} from step {step}, schedule at {frac0:.3f} of "
+              f"{plan_s:.0f} s, {trained0:.0f} s trained", flush=True)
+    else:
+        if phase != 1:
+            sys.exit(f"train_arith: --phase {phase}/{phases} needs --resume (the state of call {phase - 1})")
+        history, step, stage_switch, tool_steps, frac0, trained0, plan_s, calls = [], 0, None, 0, 0.0, 0.0, None, []
+        order = list(range(len(data)))
+        random.shuffle(order)
+        cursor = 0
+        tool_order = list(range(len(tool_data)))
+        random.shuffle(tool_order)
+        tool_cursor = 0
+
+    share_report = None
+    if args.share_prefix and tool_data and args.tool_frac > 0:
+        try:
+            share_report = check_prefix_sharing(model, mtp, [tool_data[i] for i in tool_order[:SHARE_CHECK_ROWS]], enc.eos,
+                                                args.device, routers, loads)
+        except Exception as e:  # noqa: BLE001  reported; the batches then run whole
+            traceback.print_exc()
+            share_report = {"passed": False, "error": f"{type(e).__name__}: {e}"}
+        print(f"shared-prefix check (tool conversations, prefix run once vs the whole batch): {share_report}",
+              flush=True)
+        if not share_report["passed"]:
+            print("train_arith: the shared-prefix check failed: the tool batches run whole", flush=True)
+    share_min = SHARE_MIN_TOKENS if share_report and share_report["passed"] else 0
 
     t_train = time.time()
+    reserve = args.state_reserve_s if intermediate else args.eval_reserve_s
     budget = args.minutes * 60.0
     if clock.deadline is not None:
-        budget = min(budget, clock.left() - args.eval_reserve_s)
+        budget = min(budget, clock.left() - reserve)
         if budget < 10:
             sys.exit(f"train_arith: --time-budget-s {args.time_budget_s:.0f} leaves {budget:.0f} s for "
-                     f"training after {t_train - T_PROCESS:.0f} s of setup and --eval-reserve-s "
-                     f"{args.eval_reserve_s:.0f}")
-    print(f"training for {budget:.0f} s (--minutes {args.minutes}, --time-budget-s "
-          f"{args.time_budget_s:.0f}, setup {t_train - T_PROCESS:.0f} s)", flush=True)
+                     f"training after {t_train - T_PROCESS:.0f} s of setup and a reserve of {reserve:.0f} s")
+    if plan_s is None:  # the run's first call: its own budget, and the later calls' like it
+        plan_s = args.plan_train_s or (budget * (phases - 1) + max(
+            60.0, budget + args.state_reserve_s - args.eval_reserve_s) if phases > 1 else budget)
+    # an intermediate call advances frac at the planned rate; the last call takes it to 1 in the
+    # time it has (however much the earlier calls trained)
+    rate = 1.0 / plan_s if intermediate else (1.0 - frac0) / budget
+    print(f"training for {budget:.0f} s (call {phase}/{phases}, --minutes {args.minutes}, --time-budget-s "
+          f"{args.time_budget_s:.0f}, setup {t_train - T_PROCESS:.0f} s); schedule {frac0:.3f} → "
+          f"{min(1.0, frac0 + rate * budget):.3f} of the run's {plan_s:.0f} s", flush=True)
     model.train()
     if mtp is not None:
         mtp.train()
     TrainState.active = True
-    history, step = [], 0
-    order = list(range(len(data)))
-    random.shuffle(order)
-    cursor = 0
-    tool_order = list(range(len(tool_data)))
-    random.shuffle(tool_order)
-    tool_cursor, tool_steps = 0, 0
     warmup_steps = 100 if not args.smoke else 5
-    stage_switch = None
+    step0, tool_steps0, shared_steps = step, tool_steps, 0
 
     def record(at):  # the losses of the step just done (the loop's variables)
-        rec = {"step": at, "seconds": round(time.time() - t_train, 1),
+        rec = {"step": at, "seconds": round(trained0 + time.time() - t_train, 1),
                "stage": "sparse" if TrainState.sparse else "dense",
                "lm_loss": round(lm_loss.item(), 5), "mtp_loss": round(mtp_loss.item(), 5),
                "mtp_weight": lam if use_mtp else 0.0,
@@ -1233,9 +1619,11 @@ def main():
         history.append(rec)
         print(json.dumps(rec), flush=True)
 
+    frac = frac0
     while True:
-        frac = (time.time() - t_train) / budget
-        if frac >= 1.0:
+        elapsed = time.time() - t_train
+        frac = frac0 + rate * elapsed
+        if frac >= 1.0 or elapsed >= budget:
             break
         TrainState.sparse = frac >= args.dense_frac
         if TrainState.sparse and stage_switch is None:
@@ -1258,30 +1646,13 @@ def main():
                 cursor = 0
             batch = [data[i] for i in order[cursor:cursor + args.batch]]
             cursor += args.batch
-        ids, labels, valid = make_masked_batch(batch, args.device)
-        TrainState.valid, TrainState.kl = valid, []
+        ids, labels, valid, shared = make_masked_batch(batch, args.device, share_min)
+        shared_steps += shared > 0
+        loads.clear()
         # bf16 autocast on the GPU; float32 on the CPU (a test run: CPU autocast differs, e.g.
         # its layer_norm does not run in float32)
         with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=dev_type == "cuda"):
-            hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, S, H]
-            logits = model.lm_head(hidden)
-            lm_loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
-                                      ignore_index=-100)
-            mtp_loss = torch.zeros((), device=ids.device)
-            if mtp is not None:
-                S = ids.shape[1]
-                pos = torch.arange(S, device=ids.device)
-                pe = model.model.rotary_emb(hidden, pos[None])
-                # position i: the main hidden state h_i and the token x_{i+1} → x_{i+2}; the last
-                # position has no x_{i+1} (eos stands in; it predicts nothing that is trained)
-                nxt = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], enc.eos)], dim=1)
-                valid_mtp = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], dim=1)
-                x = mtp.combine(model.model.embed_tokens, hidden, nxt, pos)
-                x = mtp.block_forward([x], causal_mask(S, ids.device), pe, TrainState.sparse, valid_mtp)
-                mtp_logits = mtp.logits(model.lm_head, x)
-                mtp_loss = F.cross_entropy(mtp_logits[:, :-2].flatten(0, 1).float(), labels[:, 2:].flatten(),
-                                           ignore_index=-100)
-        kl = torch.stack(TrainState.kl).mean()
+            lm_loss, mtp_loss, kl = step_losses(model, mtp, ids, labels, valid, enc.eos, shared)
         loss = lm_loss + lam * mtp_loss + kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -1295,15 +1666,39 @@ def main():
         if step % 50 == 0:
             record(step)
         step += 1
-    if step and history[-1]["step"] != step - 1:
+    if step > step0 and history[-1]["step"] != step - 1:
         record(step - 1)  # the last step's losses
-    TrainState.active, TrainState.valid, TrainState.kl = False, None, []
+    TrainState.active, TrainState.valid, TrainState.kl = False, None, {}
     for h in hooks:
         h.remove()
-    train_seconds = time.time() - t_train
+    call_seconds = time.time() - t_train
+    train_seconds = trained0 + call_seconds
+    calls.append({"phase": phase, "steps": step - step0, "tool_steps": tool_steps - tool_steps0,
+                  "shared_prefix_steps": shared_steps, "train_seconds": round(call_seconds, 1),
+                  "setup_seconds": round(t_train - T_PROCESS, 1), "frac_end": round(min(frac, 1.0), 4),
+                  "steps_per_second": round((step - step0) / max(call_seconds, 1e-9), 2),
+                  "shared_prefix_check": share_report})
     final = history[-1] if history else {}
-    print(f"trained {step} steps in {train_seconds:.0f} s; last lm loss {final.get('lm_loss')}, "
-          f"mtp loss {final.get('mtp_loss')}, indexer KL {final.get('indexer_kl')}", flush=True)
+    print(f"trained {step - step0} steps in {call_seconds:.0f} s ({calls[-1]['steps_per_second']} steps/s, "
+          f"{shared_steps} tool steps with the prefix shared); {step} steps, {train_seconds:.0f} s in the "
+          f"run; last lm loss {final.get('lm_loss')}, mtp loss {final.get('mtp_loss')}, indexer KL "
+          f"{final.get('indexer_kl')}", flush=True)
+
+    if intermediate:
+        t_save = time.time()
+        rs = random.getstate()
+        meta = {"run_args": run_args, "phase": phase, "phases": phases, "step": step,
+                "sparse_from_step": stage_switch, "tool_steps": tool_steps, "frac": min(frac, 1.0),
+                "train_seconds": train_seconds, "plan_s": plan_s, "history": history, "calls": calls,
+                "cursor": cursor, "tool_cursor": tool_cursor,
+                "random": [rs[0], list(rs[1]), rs[2]], "torch_rng": torch.get_rng_state().tolist(),
+                "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+        size = save_state(args.save_state, meta, state_modules, opt,
+                          {"order": torch.tensor(order), "tool_order": torch.tensor(tool_order)})
+        print(f"saved the training state of call {phase}/{phases} in {args.save_state} ({size / 2**20:.1f} "
+              f"MiB of tensors) in {time.time() - t_save:.1f} s; {time.time() - T_PROCESS:.0f} s after the "
+              f"start", flush=True)
+        return 0
 
     # Save: bf16 weights (the routers' correction bias stays fp32), published per-expert names.
     t_save = time.time()
@@ -1334,6 +1729,8 @@ def main():
         "time_budget_s": args.time_budget_s, "eval_reserve_s": args.eval_reserve_s,
         "setup_seconds": round(t_train - T_PROCESS, 1), "train_seconds": round(train_seconds, 1),
         "save_seconds": round(time.time() - t_save, 1),
+        "plan_train_seconds": round(plan_s, 1), "calls": calls,
+        "resumed_from": args.resume or None,
         "final": final, "history": history, "eval": None,
         "prompt": f"{BOS}{USER}{{question}}{ASSISTANT}{END_THINK}",
     }
