@@ -80,9 +80,8 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   // CUDA graphs: this copy is synchronous on the legacy stream and may grow stage_dev_, so it
   // cannot be captured; a graph's batch is already on the device (the runner's persistent
   // region, one copy per step before the replay) and passes through here untouched.
-  // Not staged: req_id_per_token, which the sm90 indexer logits kernel reads when its numel is
-  // n_tokens (indexer/logits_sm90.cu): from a host batch it is handed a host pointer (the graph
-  // runner's batches carry it on the device).
+  // req_id_per_token is staged with the rest when the batch has it (the engine's): the sm90
+  // indexer logits kernel reads it on the device (the graph runner's batches carry it there).
   if (device_ == Device::CPU || b.token_ids.device == device_) return b;
   // Pack every metadata tensor into one host buffer (256-byte aligned pieces), copy it once.
   ForwardBatch d = b;
