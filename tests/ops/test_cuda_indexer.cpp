@@ -108,6 +108,21 @@ TEST(CudaOps, IndexerCacheWriteTopk) {
       "indexer_topk top-2048 ctx<=16384 (sets)");
 }
 
+// An FP8 cache (U8 [n_blocks, 64 · 132]) whose every slot holds a quantized random key, rows of
+// varied magnitude (so the per-token scales differ), written by the CPU twin.
+Buffer random_fp8_cache(const Batch& b) {
+  const int64_t n_slots = b.n_blocks * 64;
+  Buffer all_k = rand_f32({n_slots, ID});
+  for (int64_t r = 0; r < n_slots; ++r)
+    for (int64_t d = 0; d < ID; ++d) all_k.f32()[r * ID + d] *= float(1 + r % 7) * 0.5f;
+  Buffer all_slots(DType::I64, {n_slots});
+  for (int64_t r = 0; r < n_slots; ++r) all_slots.ptr<int64_t>()[r] = r;
+  AttentionMeta fill{1, int(n_slots), 64, {}, {}, {}, {}, all_slots, {}};
+  Buffer cache = Buffer::zeros(DType::U8, {b.n_blocks, 64 * (ID + 4)});
+  ops::indexer_cache_write(cache, all_k, fill);
+  return cache;
+}
+
 // The FP8 indexer cache (U8 [n_blocks, 64 · 132], ops/indexer.h), CUDA twin vs CPU twin: the
 // quantized bytes must be identical (same amax, power-of-two scale, RNE e4m3), and top-k as sets
 // up to near-ties of the (dequantized) score.
@@ -117,15 +132,7 @@ TEST(CudaOps, IndexerFp8CacheWriteTopk) {
   const int64_t n = b.host.n_tokens, TB = ID + 4;
   const float scale = 1.0f / std::sqrt(float(ID));
   // Every slot holds a quantized random key (rows of varied magnitude) before the step.
-  const int64_t n_slots = b.n_blocks * 64;
-  Buffer all_k = rand_f32({n_slots, ID});
-  for (int64_t r = 0; r < n_slots; ++r)
-    for (int64_t d = 0; d < ID; ++d) all_k.f32()[r * ID + d] *= float(1 + r % 7) * 0.5f;
-  Buffer all_slots(DType::I64, {n_slots});
-  for (int64_t r = 0; r < n_slots; ++r) all_slots.ptr<int64_t>()[r] = r;
-  AttentionMeta fill{1, int(n_slots), 64, {}, {}, {}, {}, all_slots, {}};
-  Buffer cache = Buffer::zeros(DType::U8, {b.n_blocks, 64 * TB});
-  ops::indexer_cache_write(cache, all_k, fill);
+  Buffer cache = random_fp8_cache(b);
   Buffer k = rand_f32({n, ID}, -3.0f, 3.0f);
   Buffer q = rand_f32({n, IH, ID}), w = rand_f32({n, IH}, -0.125f, 0.125f);
   DeviceBuffer d_cache = upload(cache), dk = upload(k), dq = upload(q), dw = upload(w);
@@ -159,21 +166,6 @@ TEST(CudaOps, IndexerFp8CacheWriteTopk) {
       b, ref, got,
       [&](int64_t t, int s, int64_t j) { return exact_score(b, q, w, scale, key, t, s, j); },
       "indexer_topk FP8 top-2048 ctx<=16384 (sets)");
-}
-
-// An FP8 cache (U8 [n_blocks, 64 · 132]) whose every slot holds a quantized random key, rows of
-// varied magnitude (so the per-token scales differ), written by the CPU twin.
-Buffer random_fp8_cache(const Batch& b) {
-  const int64_t n_slots = b.n_blocks * 64;
-  Buffer all_k = rand_f32({n_slots, ID});
-  for (int64_t r = 0; r < n_slots; ++r)
-    for (int64_t d = 0; d < ID; ++d) all_k.f32()[r * ID + d] *= float(1 + r % 7) * 0.5f;
-  Buffer all_slots(DType::I64, {n_slots});
-  for (int64_t r = 0; r < n_slots; ++r) all_slots.ptr<int64_t>()[r] = r;
-  AttentionMeta fill{1, int(n_slots), 64, {}, {}, {}, {}, all_slots, {}};
-  Buffer cache = Buffer::zeros(DType::U8, {b.n_blocks, 64 * (ID + 4)});
-  ops::indexer_cache_write(cache, all_k, fill);
-  return cache;
 }
 
 // Random q [n, 64, 128] with heads of varied magnitude (one head all zeros: the amax floor).
