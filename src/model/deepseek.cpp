@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstring>
-#include <iterator>
 #include <string>
 
 #include "model/dp_batch.h"
@@ -83,31 +81,16 @@ ForwardBatch DeepseekModel::stage_batch(const ForwardBatch& b) const {
   // req_id_per_token is staged with the rest when the batch has it (the engine's): the sm90
   // indexer logits kernel reads it on the device (the graph runner's batches carry it there).
   if (device_ == Device::CPU || b.token_ids.device == device_) return b;
-  // Pack every metadata tensor into one host buffer (256-byte aligned pieces), copy it once.
-  ForwardBatch d = b;
-  Tensor* parts[] = {&d.token_ids,      &d.attn.query_start_loc, &d.attn.seq_lens,
-                     &d.attn.positions, &d.attn.block_table,     &d.attn.slot_mapping,
-                     &d.logits_indices, &d.attn.req_id_per_token};
-  size_t offsets[std::size(parts)];
-  size_t total = 0;
-  for (size_t i = 0; i < std::size(parts); ++i) {
-    offsets[i] = total;
-    total += (parts[i]->nbytes() + 255) / 256 * 256;
-  }
+  // Every metadata tensor packed into one host buffer (forward_batch.h), copied once.
+  const size_t total = packed_metadata_bytes(b);
   if (stage_host_.empty() || size_t(stage_host_.view().numel()) < total) {
     stage_host_ = Storage(Device::CPU, DType::U8, {int64_t(total)});
     stage_dev_ = Storage(device_, DType::U8, {int64_t(total)});
   }
-  char* h = static_cast<char*>(stage_host_.view().data);
-  char* dv = static_cast<char*>(stage_dev_.view().data);
-  for (size_t i = 0; i < std::size(parts); ++i) {
-    if (parts[i]->nbytes() == 0) continue;  // absent (req_id_per_token outside the engine)
-    OSPREY_CHECK(parts[i]->device == Device::CPU, "step metadata must be host tensors");
-    std::memcpy(h + offsets[i], parts[i]->data, parts[i]->nbytes());
-    parts[i]->data = dv + offsets[i];
-    parts[i]->device = device_;
-  }
-  ops::copy(stage_dev_.view().rows(0, int64_t(total)), stage_host_.view().rows(0, int64_t(total)));
+  const ForwardBatch d = pack_metadata(b, stage_host_.view().data, stage_dev_.view().data, device_);
+  if (total > 0)
+    ops::copy(stage_dev_.view().rows(0, int64_t(total)),
+              stage_host_.view().rows(0, int64_t(total)));
   return d;
 }
 

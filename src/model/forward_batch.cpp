@@ -1,8 +1,48 @@
 #include "model/forward_batch.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 
 namespace osprey {
+
+namespace {
+// The metadata tensors of a batch, in packing order.
+template <typename B>  // ForwardBatch or const ForwardBatch
+auto metadata_parts(B& b) {
+  return std::array{&b.token_ids,      &b.attn.query_start_loc, &b.attn.seq_lens,
+                    &b.attn.positions, &b.attn.block_table,     &b.attn.slot_mapping,
+                    &b.logits_indices, &b.attn.req_id_per_token};
+}
+bool absent(const Tensor& t) {
+  return t.data == nullptr && t.shape.empty();
+}
+size_t aligned(size_t n) {
+  return (n + kMetadataAlign - 1) / kMetadataAlign * kMetadataAlign;
+}
+}  // namespace
+
+size_t packed_metadata_bytes(const ForwardBatch& b) {
+  size_t total = 0;
+  for (const Tensor* t : metadata_parts(b))
+    if (!absent(*t)) total += aligned(t->nbytes());
+  return total;
+}
+
+ForwardBatch pack_metadata(const ForwardBatch& b, void* host, void* dev, Device device) {
+  ForwardBatch d = b;
+  size_t offset = 0;
+  for (Tensor* t : metadata_parts(d)) {
+    if (absent(*t)) continue;
+    OSPREY_CHECK(t->device == Device::CPU, "step metadata must be host tensors");
+    // (memcpy from an empty view's pointer, possibly null, is undefined even for 0 bytes.)
+    if (t->nbytes() > 0) std::memcpy(static_cast<char*>(host) + offset, t->data, t->nbytes());
+    t->data = static_cast<char*>(dev) + offset;
+    t->device = device;
+    offset += aligned(t->nbytes());
+  }
+  return d;
+}
 
 OwnedBatch::OwnedBatch(const std::vector<SeqStep>& seqs, int block_size) {
   int64_t n_tokens = 0, n_logits = 0, max_blocks = 1;

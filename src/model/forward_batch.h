@@ -31,6 +31,21 @@ struct SeqStep {
                             // computed; −1: the last
 };
 
+// Step metadata staging (DeepseekModel::stage_batch): the batch's metadata tensors (token_ids,
+// query_start_loc, seq_lens, positions, block_table, slot_mapping, logits_indices,
+// req_id_per_token) packed into one buffer of kMetadataAlign-aligned pieces, so that one
+// host→device copy moves them all.
+constexpr size_t kMetadataAlign = 256;
+// Bytes of the packed metadata of b.
+size_t packed_metadata_bytes(const ForwardBatch& b);
+// Copies b's host metadata into `host` (≥ packed_metadata_bytes(b) bytes) and returns b with each
+// metadata tensor pointing at its piece of `dev`, on `device`. An empty tensor moves too (a prompt
+// chunk that samples no row has an empty logits_indices, and the CUDA ops check the device of
+// every input, empty or not); an absent one (default-constructed: no data, no shape, as
+// req_id_per_token in a hand-built batch) stays absent. Fails unless every present tensor is on
+// the host.
+ForwardBatch pack_metadata(const ForwardBatch& b, void* host, void* dev, Device device);
+
 // Owns the buffers behind a ForwardBatch.
 class OwnedBatch {
  public:

@@ -364,6 +364,28 @@ TEST_P(AsyncScheduling, StepsAreRecordedOneCallLaterWithHostTimeAndIdleGap) {
   }
 }
 
+// Prompts longer than the step's token budget, prefilled in chunks: the first chunk of a prompt
+// that is alone in its step samples no row (an empty logits_indices, which once stopped the GPU
+// forward at its row gather: `bench step --engine-loop`). Both loops give the same tokens; on the
+// CPU they are also the unchunked run's (test_engine's SmallChunksMatch shows that in general).
+TEST_P(AsyncScheduling, ChunkedPromptsWithoutSampledRowsMatch) {
+  constexpr int kBudget = 12;  // tokens a step: every prompt below takes 3 or more chunks
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < 3; ++i) reqs.push_back({chat(questions()[i]), greedy(24), int(i) * 5, -1});
+  for (const Request& r : reqs) ASSERT_GT(int(r.prompt.size()), 2 * kBudget);
+  EngineConfig cfg = base_config();
+  cfg.max_num_batched_tokens = kBudget;
+  const Outcome sync = run(device(), cfg, false, reqs);
+  const Outcome async = run(device(), cfg, true, reqs);
+  expect_same(sync, async, reqs);
+  for (const Out& o : sync.outs) EXPECT_EQ(o.tokens.size(), 24u);
+  if (device() == Device::CPU) {
+    const Outcome whole = run(device(), base_config(), false, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(sync.outs[i].tokens, whole.outs[i].tokens) << "request " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, AsyncScheduling,
                          ::testing::Values(Device::CPU
 #ifdef OSPREY_WITH_CUDA

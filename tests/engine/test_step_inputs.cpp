@@ -1,5 +1,8 @@
-// The metadata builder: the right values, only the changed extent written, the shrink-tail rule.
+// The metadata builder: the right values, only the changed extent written, the shrink-tail rule;
+// its batches pack for the device copy with every tensor moved (an empty one too).
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "engine/step_inputs.h"
 
@@ -83,4 +86,59 @@ TEST(StepInputs, WritesOnlyWhatChangedAndResetsTheShrunkTail) {
   ++a.blocks_epoch;
   in.build(p2);
   EXPECT_EQ(in.last_table_writes, 3);
+}
+
+// Staging for the device (DeepseekModel::stage_batch): a prompt chunk that samples no row (the
+// first chunk of a long prompt alone in its step) has an empty logits_indices; it must move to
+// the device with the rest (the CUDA row gather checks its ids' device: `bench step
+// --engine-loop` on the H200 stopped at its first step). The "device" here is host memory
+// labelled CUDA: only pointers and devices are checked, and the bytes after one copy.
+TEST(StepInputs, PackedMetadataMovesEveryTensorEmptyOnesToo) {
+  StepInputs in(64, 4, 8, 4);
+  Sequence a = make_seq(1, 20, {7, 2, 4, 6, 0});
+  StepPlan plan;
+  plan.seqs = {{&a, 0, 8, false}};  // tokens 0..7 of 20: nothing to sample
+  plan.num_tokens = 8;
+  plan.num_sampled = 0;
+  const ForwardBatch& fb = in.build(plan);
+  ASSERT_EQ(fb.logits_indices.numel(), 0);
+  const size_t bytes = packed_metadata_bytes(fb);
+  // token_ids, positions, slot_mapping (I64), req_id_per_token: 8 tokens; qsl 2, seq_lens 1,
+  // block_table [1, 8]; logits_indices empty: each a 256-byte piece, the empty one none.
+  EXPECT_EQ(bytes, 7 * kMetadataAlign);
+  std::vector<char> host(bytes, 0), dev(bytes, 0);
+  const ForwardBatch d = pack_metadata(fb, host.data(), dev.data(), Device::CUDA);
+  const std::pair<const Tensor*, const Tensor*> parts[] = {
+      {&fb.token_ids, &d.token_ids},
+      {&fb.attn.query_start_loc, &d.attn.query_start_loc},
+      {&fb.attn.seq_lens, &d.attn.seq_lens},
+      {&fb.attn.positions, &d.attn.positions},
+      {&fb.attn.block_table, &d.attn.block_table},
+      {&fb.attn.slot_mapping, &d.attn.slot_mapping},
+      {&fb.logits_indices, &d.logits_indices},
+      {&fb.attn.req_id_per_token, &d.attn.req_id_per_token}};
+  std::memcpy(dev.data(), host.data(), bytes);  // the one host→device copy
+  for (const auto& [h, t] : parts) {
+    EXPECT_EQ(t->device, Device::CUDA);
+    EXPECT_EQ(t->shape, h->shape);
+    EXPECT_EQ(t->dtype, h->dtype);
+    const char* p = static_cast<const char*>(t->data);
+    EXPECT_TRUE(p >= dev.data() && p + t->nbytes() <= dev.data() + bytes);
+    EXPECT_EQ(std::memcmp(p, h->data, h->nbytes()), 0);
+  }
+  // The host batch is untouched.
+  EXPECT_EQ(fb.token_ids.device, Device::CPU);
+  EXPECT_EQ(fb.logits_indices.device, Device::CPU);
+  // A hand-built batch without req_id_per_token: it stays absent, the rest moves.
+  ForwardBatch no_req = fb;
+  no_req.attn.req_id_per_token = Tensor{};
+  EXPECT_EQ(packed_metadata_bytes(no_req), 6 * kMetadataAlign);
+  const ForwardBatch d2 = pack_metadata(no_req, host.data(), dev.data(), Device::CUDA);
+  EXPECT_EQ(d2.attn.req_id_per_token.data, nullptr);
+  EXPECT_EQ(d2.logits_indices.device, Device::CUDA);
+  // A device tensor handed in as host metadata is a caller bug, refused.
+  ForwardBatch bad = fb;
+  bad.attn.positions.device = Device::CUDA;
+  EXPECT_DEATH(pack_metadata(bad, host.data(), dev.data(), Device::CUDA),
+               "step metadata must be host tensors");
 }
