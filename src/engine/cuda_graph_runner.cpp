@@ -51,6 +51,17 @@ std::string cuda_graph_ineligible(const ForwardBatch& b) {
   return "";
 }
 
+bool CudaGraphRunner::eager(const std::string& why) {
+  const std::lock_guard<std::mutex> lock(eager_mu_);
+  ++eager_reasons_[why];
+  return false;
+}
+
+std::map<std::string, int64_t> CudaGraphRunner::eager_reasons() const {
+  const std::lock_guard<std::mutex> lock(eager_mu_);
+  return eager_reasons_;
+}
+
 #ifndef OSPREY_WITH_CUDA
 
 struct CudaGraphRunner::Bucket {};
@@ -218,15 +229,17 @@ void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b) {
 }
 
 bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits) {
-  if (!cuda_graph_ineligible(batch).empty()) return false;
+  if (std::string why = cuda_graph_ineligible(batch); !why.empty()) return eager(why);
   // The indexer_recent control copies through the host (an eval diagnostic): eager.
-  if (model_.ablation().indexer_recent) return false;
+  if (model_.ablation().indexer_recent) return eager("the indexer_recent ablation");
   const int Bp = cuda_graph_bucket(sizes_, batch.attn.n_seqs);
-  if (Bp == 0 || logits.device != Device::CUDA || logits.dtype != DType::F32 ||
-      logits.size(0) < Bp || cache.device() != Device::CUDA)
-    return false;
+  if (Bp == 0) return eager("batch larger than every capture size");
+  if (logits.device != Device::CUDA || logits.dtype != DType::F32)
+    return eager("logits not F32 on the GPU");
+  if (logits.size(0) < Bp) return eager("logits buffer smaller than the bucket");
+  if (cache.device() != Device::CUDA) return eager("KV cache not on the GPU");
   Bucket& k = bucket(Bp, int(batch.attn.block_table.size(1)), batch.attn.block_size);
-  if (k.uncapturable) return false;
+  if (k.uncapturable) return eager("the bucket's capture failed");
   stage(k, batch);
   const Tensor out = logits.rows(0, Bp);  // [Bp, vocab]: the padding rows' logits too
   const bool stale = k.graph.empty() || k.epoch != ops::cuda::device_memory_epoch() ||

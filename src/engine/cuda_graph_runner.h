@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,11 @@ class CudaGraphRunner {
   int64_t captures() const { return captures_.load(); }
   // Captures that failed (their bucket then runs eagerly; a warning is printed once per bucket).
   int64_t capture_failures() const { return capture_failures_.load(); }
+  // Steps forward() left to the caller (run eagerly), by reason: cuda_graph_ineligible's, or
+  // "batch larger than every capture size", "logits buffer smaller than the bucket", "the
+  // bucket's capture failed", ... A copy (guarded: read from the engine thread while a step may
+  // run on the executor's worker).
+  std::map<std::string, int64_t> eager_reasons() const;
 
   // For tests: the padded device batch of a bucket run before (null if none), and counters of
   // the last forward: padding-row fields rewritten (shrink-tail), bytes copied to the device.
@@ -104,7 +110,12 @@ class CudaGraphRunner {
   std::vector<int> sizes_;
   std::map<int, std::unique_ptr<Bucket>> buckets_;
   int max_blocks_ = 0;  // the table width the buckets were laid out for
+  // Counts an eager step under `why`; returns false (forward's answer for it).
+  bool eager(const std::string& why);
+
   std::atomic<int64_t> replays_{0}, captures_{0}, capture_failures_{0};
+  mutable std::mutex eager_mu_;
+  std::map<std::string, int64_t> eager_reasons_;  // guarded by eager_mu_
 };
 
 }  // namespace osprey

@@ -587,6 +587,7 @@ EngineStats Engine::stats() const {
     s.cuda_graph_replays = graphs_->replays();
     s.cuda_graph_captures = graphs_->captures();
     s.cuda_graph_capture_failures = graphs_->capture_failures();
+    s.cuda_graph_eager_steps = graphs_->eager_reasons();
   }
   return s;
 }

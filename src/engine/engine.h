@@ -145,7 +145,10 @@ struct EngineStats {
   int64_t cuda_graph_replays = 0;
   int64_t cuda_graph_captures = 0;
   int64_t cuda_graph_capture_failures = 0;  // buckets that fell back to eager steps
-  StepRecord last_step;                     // the latest model step (valid once steps > 0)
+  // Steps that ran eagerly with CUDA graphs on, by the runner's reason (prefill and mixed steps
+  // count as "not a pure decode ..."; a decode step here says why graphs did not engage).
+  std::map<std::string, int64_t> cuda_graph_eager_steps;
+  StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
 class Engine {

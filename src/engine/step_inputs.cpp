@@ -125,7 +125,9 @@ const ForwardBatch& StepInputs::build(const StepPlan& plan) {
   batch_.attn.req_id_per_token = view(req_id_per_token_, t);
   batch_.logits_indices = view(logits_indices_, n_sample);
   batch_.max_query_len = max_q;
-  batch_.spec_decode = spec_decode;
+  // A verify step only when some sequence brings a draft: a step of one-token decodes is a plain
+  // decode (the CUDA graph runner replays those, and refuses verify steps).
+  batch_.spec_decode = spec_decode && max_q > 1;
   return batch_;
 }
 

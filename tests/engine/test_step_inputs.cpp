@@ -1,9 +1,11 @@
 // The metadata builder: the right values, only the changed extent written, the shrink-tail rule;
-// its batches pack for the device copy with every tensor moved (an empty one too).
+// what it builds for a pure decode step is one the CUDA graph runner replays; its batches pack
+// for the device copy with every tensor moved (an empty one too).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "engine/cuda_graph_runner.h"
 #include "engine/step_inputs.h"
 
 using namespace osprey;
@@ -86,6 +88,43 @@ TEST(StepInputs, WritesOnlyWhatChangedAndResetsTheShrunkTail) {
   ++a.blocks_epoch;
   in.build(p2);
   EXPECT_EQ(in.last_table_writes, 3);
+}
+
+// The engine's pure decode steps (one known token a sequence, every one sampled) are plain
+// decodes, not verify steps: the CUDA graph runner takes them. (A verify flag on them made the
+// runner refuse every engine decode: 0 captures in 27 steps on the H200.)
+TEST(StepInputs, PureDecodeStepsAreGraphEligible) {
+  StepInputs in(64, 4, 8, 4);
+  Sequence a = make_seq(1, 6, {7, 2}), b = make_seq(2, 3, {5}), c = make_seq(3, 5, {1, 3});
+  a.output = {9};
+  b.output = {8};
+  c.output = {7, 6};
+  StepPlan plan;
+  plan.seqs = {{&a, 6, 1, true}, {&b, 3, 1, true}, {&c, 6, 1, true}};
+  plan.num_tokens = 3;
+  plan.num_sampled = 3;
+  const ForwardBatch& fb = in.build(plan);
+  EXPECT_EQ(fb.max_query_len, 1);
+  EXPECT_FALSE(fb.spec_decode);
+  EXPECT_EQ(cuda_graph_ineligible(fb), "");
+  // A decode with a draft to verify (1 + 1 tokens, both rows sampled): a verify step, eager.
+  a.draft = {4};
+  plan.seqs[0].num_tokens = 2;
+  plan.seqs[0].num_draft = 1;
+  plan.num_tokens = 4;
+  plan.num_sampled = 4;
+  const ForwardBatch& vb = in.build(plan);
+  EXPECT_TRUE(vb.spec_decode);
+  EXPECT_EQ(vb.max_query_len, 2);
+  EXPECT_NE(cuda_graph_ineligible(vb), "");
+  // A prompt chunk beside the decodes (mixed): neither a verify step nor eligible.
+  a.draft.clear();
+  plan.seqs = {{&b, 3, 1, true}, {&a, 0, 4, false}};
+  plan.num_tokens = 5;
+  plan.num_sampled = 1;
+  const ForwardBatch& mb = in.build(plan);
+  EXPECT_FALSE(mb.spec_decode);
+  EXPECT_NE(cuda_graph_ineligible(mb), "");
 }
 
 // Staging for the device (DeepseekModel::stage_batch): a prompt chunk that samples no row (the

@@ -413,6 +413,13 @@ TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
       static_cast<long long>(s_sync.cuda_graph_captures),
       static_cast<long long>(s_async.cuda_graph_replays),
       static_cast<long long>(s_async.cuda_graph_captures), static_cast<long long>(s_sync.steps));
+  // Why the other steps ran eagerly: prefill and mixed steps only (never a decode of ≤ 16).
+  for (const EngineStats* s : {&s_sync, &s_async})
+    for (const auto& [why, n] : s->cuda_graph_eager_steps) {
+      std::printf("GRAPH engine (%s): %lld eager steps: %s\n", s == &s_sync ? "sync" : "async",
+                  static_cast<long long>(n), why.c_str());
+      EXPECT_EQ(why.rfind("not a pure decode", 0), 0u) << why;
+    }
 }
 
 }  // namespace
