@@ -147,6 +147,9 @@ void run_step_benchmark(const StepOptions& o) {
         "captures)\n",
         B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
         static_cast<long long>(graphs.captures()));
+    for (const int64_t bytes : n.memset_bytes)
+      std::printf("  memset node of %lld bytes (a step should hold none)\n",
+                  static_cast<long long>(bytes));
     rows.push_back(
         {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
          decode_cost(c, fp8, B, o.context,

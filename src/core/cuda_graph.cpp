@@ -97,9 +97,14 @@ GraphNodeCounts CudaGraph::nodes() const {
       case cudaGraphNodeTypeKernel:
         ++c.kernels;
         break;
-      case cudaGraphNodeTypeMemset:
+      case cudaGraphNodeTypeMemset: {
         ++c.memsets;
+        cudaMemsetParams p{};
+        c.memset_bytes.push_back(cudaGraphMemsetNodeGetParams(node, &p) == cudaSuccess
+                                     ? int64_t(p.width) * int64_t(p.height) * int64_t(p.elementSize)
+                                     : -1);
         break;
+      }
       case cudaGraphNodeTypeMemcpy:
         ++c.memcpys;
         break;

@@ -18,6 +18,9 @@ namespace osprey::cuda {
 
 struct GraphNodeCounts {
   int kernels = 0, memsets = 0, memcpys = 0, hosts = 0, others = 0;
+  // Bytes each memset node fills, in node order (which buffer a stray memset clears: a GEMM's
+  // output is rows × columns × dtype, a split-K counter array a few KB).
+  std::vector<int64_t> memset_bytes;
   int total() const { return kernels + memsets + memcpys + hosts + others; }
 };
 

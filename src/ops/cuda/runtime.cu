@@ -80,8 +80,16 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
                cudaDataType_t d_type, int64_t ldd, int64_t d_batch_stride, int batch) {
   // CUDA graphs: the descriptors and the heuristic query below are host-only calls (legal inside
   // a capture; they run again at capture time and pick the same algorithm for the same shapes);
-  // the workspace is a fixed-size scratch slot allocated by the first (eager) call. A split-K
-  // algorithm with a memset of its own would show as a memset node (the step budget test).
+  // the workspace is a fixed-size scratch slot allocated by the first (eager) call.
+  // Split-K: only the reduction schemes that write D once are allowed (partials in the workspace,
+  // reduced by a second kernel: COMPUTE_TYPE, OUTPUT_TYPE). The in-place scheme accumulates into
+  // D with counters in the workspace, so cuBLASLt zero-fills both first: a memset node in every
+  // captured step that takes it (the dsv32 decode graphs at B=1 and B=16 held one; skinny GEMMs
+  // with a long K, as the router's and the indexer's weights GEMMs at few tokens, are where the
+  // heuristic picks split-K). The output is overwritten anyway (beta = 0): the fill is waste.
+  constexpr uint32_t kReductionSchemes =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+      CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
   constexpr size_t kWorkspaceBytes = 32u << 20;
   void* workspace = scratch(kScratchLtWorkspace, kWorkspaceBytes);
   cublasLtMatmulDesc_t op = nullptr;
@@ -133,6 +141,9 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
            "pref ws");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                &kReductionSchemes, sizeof(kReductionSchemes)),
+           "pref reduction");
   cublasLtMatmulHeuristicResult_t heur = {};
   int found = 0;
   const cublasStatus_t hs =
