@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Issue 13's router and FP8-padding checks on the GPU, in one run: the graph budgets
 # (test_cuda_graph), the routing and linear twins (test_cuda_moe, test_cuda_gemm,
-# test_cuda_fp8_gemm), and the GPU goldens twice, with the BF16 router logits (OSPREY_ROUTER_BF16=1,
-# opt-in until this has passed) and with the default F32 gate and logits, so their GPUGOLDEN lines
-# compare.
+# test_cuda_fp8_gemm), and the GPU goldens twice, with the BF16 router logits (the default) and
+# with OSPREY_ROUTER_BF16=0 (F32 gate and logits, as before), so their GPUGOLDEN lines compare.
 # Usage: scripts/gpu_router_test.sh LOG_DIR   (binaries from $OSPREY_GPU_BIN, else bin/ beside this
 #   script, else build-cuda/tests/ops and build-cuda/tests/model; test_goldens_gpu needs
 #   OSPREY_TEST_DATA=<checkout>/tests/data). Exit status: non-zero if any binary failed.
@@ -35,8 +34,8 @@ run test_cuda_graph test_cuda_graph
 run test_cuda_moe test_cuda_moe
 run test_cuda_gemm test_cuda_gemm
 run test_cuda_fp8_gemm test_cuda_fp8_gemm
-run test_goldens_gpu test_goldens_gpu_router_bf16 OSPREY_ROUTER_BF16=1
-run test_goldens_gpu test_goldens_gpu_router_f32
+run test_goldens_gpu test_goldens_gpu_router_bf16
+run test_goldens_gpu test_goldens_gpu_router_f32 OSPREY_ROUTER_BF16=0
 {
   echo
   echo "== graph budgets =="

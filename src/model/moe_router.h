@@ -1,11 +1,10 @@
 // The MoE router of one layer: router_logits [n_tokens, E] = x [n_tokens, D] · W_gateᵀ, written by
 // the gate GEMM in the dtype the gate weight has, then ops::moe_route reads them as they are.
-//   CUDA: with OSPREY_ROUTER_BF16=1 the gate weight is BF16 (as DeepSeek's checkpoints store it;
-//         load_weights_cuda and the dummy weights keep it so), the GEMM writes BF16 logits and
-//         moe_route's one fused kernel widens them to F32 for the scoring, the bias and the
-//         grouped top-k: no cast kernel between the two (ARCHITECTURE.md principle 2;
-//         tests/ops/test_cuda_graph counts the kernels). By default the gate stays F32 on the GPU
-//         (F32 logits) until the goldens and the accuracy gate have been run with BF16.
+//   CUDA: the gate weight is BF16 (as DeepSeek's checkpoints store it; load_weights_cuda and the
+//         dummy weights keep it so), the GEMM writes BF16 logits and moe_route's one fused kernel
+//         widens them to F32 for the scoring, the bias and the grouped top-k: no cast kernel
+//         between the two (ARCHITECTURE.md principle 2; tests/ops/test_cuda_graph counts the
+//         kernels). OSPREY_ROUTER_BF16=0 keeps the gate F32 on the GPU (F32 logits, as before).
 //   CPU:  the oracle's weights are all F32 (load_weights_cpu) and cpu::linear writes F32, so its
 //         logits stay F32; cpu::moe_route also takes BF16 logits (widened exactly), which is how
 //         the tests build the CUDA path's twin: round the logits to BF16, then route.

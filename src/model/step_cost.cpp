@@ -43,7 +43,7 @@ LayerParts parts(const ModelConfig& c, bool fp8) {
   }
   p.attn_bytes += 4.0 * double(2 * D + c.q_lora_rank + c.kv_lora_rank);  // F32 norms
   lin(p.mlp_bytes, p.mlp_params, 3 * int64_t(c.intermediate_size), D);
-  p.router_bytes = 4.0 * double(c.n_routed_experts) * double(D);  // F32 router (moe_router.h)
+  p.router_bytes = 2.0 * double(c.n_routed_experts) * double(D);  // BF16 router (moe_router.h)
   p.router_params = double(c.n_routed_experts) * double(D);
   const int64_t I = c.moe_intermediate_size;
   lin(p.shared_bytes, p.shared_params, 3 * I * c.n_shared_experts, D);

@@ -2,7 +2,7 @@
 // (BENCHMARKS.md's roofline), for `osprey bench step`, the serving roofline of `osprey bench serve`
 // and the scheduler's step-time model (engine/step_time_model.h).
 //   Weights: every tensor at the dtype it is stored in on the GPU (FP8: 1 byte + 4 bytes per
-//   128×128 block; BF16: 2; norms and the router F32: 4); per MoE layer the router, the shared
+//   128×128 block; BF16, the router too: 2; norms F32: 4); per MoE layer the router, the shared
 //   expert and the experts the step's tokens touch (uniform expectation 256·(1 − (1 −
 //   k/256)^tokens)). Caches (osprey's GPU format, BF16): latent rows attended, (kv_lora + rope)·2
 //   bytes per token per layer (or latent_token_bytes when given: 656 for the FP8 latent cache at

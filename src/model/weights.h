@@ -86,10 +86,10 @@ ModelWeights load_weights_cpu(const Checkpoint& ckpt, const ModelConfig& config)
 
 // Loads every weight onto the GPU in the form its CUDA op reads:
 //   linear weights stored F8_E4M3 in the checkpoint: the e4m3 bytes + F32 weight_scale_inv as is;
-//   other linear weights (BF16/F16/F32 in the checkpoint), the embedding and lm_head: BF16;
-//   the MoE router (gate): F32, or BF16 with OSPREY_ROUTER_BF16=1 (DeepSeek's checkpoints store
-//   the gate in BF16; its GEMM then writes BF16 logits that the fused routing kernel reads,
-//   model/moe_router.h; opt-in until verified on the GPU);
+//   other linear weights (BF16/F16/F32 in the checkpoint), the embedding, lm_head and the MoE
+//   router (gate): BF16 (DeepSeek's checkpoints store the gate in BF16, so nothing is lost; its
+//   GEMM writes BF16 logits that the fused routing kernel reads, model/moe_router.h; F32 with
+//   OSPREY_ROUTER_BF16=0, for before/after accuracy figures);
 //   norms, norm biases and the router's correction bias: F32 (small; the bias is added to the
 //   sigmoid scores in F32).
 ModelWeights load_weights_cuda(const Checkpoint& ckpt, const ModelConfig& config);

@@ -22,14 +22,14 @@ namespace {
 Shape scale_shape(const Shape& s) {
   return {(s[0] + kFp8BlockSize - 1) / kFp8BlockSize, (s[1] + kFp8BlockSize - 1) / kFp8BlockSize};
 }
-// OSPREY_ROUTER_BF16=1: the router's gate is BF16 on the GPU, so its logits are BF16 too (the
-// gate GEMM writes them, moe_route reads them: model/moe_router.h). Opt-in until the GPU goldens
-// and the accuracy gate have been run with it (built 2026-12-01 without a GPU; goldens' routers
-// have near-ties a BF16 rounding can flip); by default the gate stays F32, as measured so far.
+// The router's gate is BF16 on the GPU, so its logits are BF16 too (the gate GEMM writes them,
+// moe_route reads them: model/moe_router.h); the default since the GPU goldens passed with it
+// on the H200 (16/16, 2026-12). OSPREY_ROUTER_BF16=0 keeps the gate F32 (F32 logits, as
+// before), for before/after figures.
 bool router_bf16() {
   static const bool bf16 = [] {
     const char* e = std::getenv("OSPREY_ROUTER_BF16");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
   }();
   return bf16;
 }
