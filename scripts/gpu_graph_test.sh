@@ -2,16 +2,25 @@
 # One CUDA graph per decode step (issue 13), on the GPU, in one run. Every step logs to OUT_DIR;
 # OUT_DIR/summary.txt lists PASS / FAIL per step and the measured lines.
 # Usage: scripts/gpu_graph_test.sh OSPREY OUT_DIR
-#   OSPREY: a CUDA build's osprey binary; its build folder's tests/ops/test_cuda_graph_step and
-#   tests/ops/test_cuda_graph are run too (or $OSPREY_GPU_BIN/<name>, a carried folder). Carried
+#   OSPREY: a CUDA build's osprey binary; its build folder's test binaries (tests/ops, tests/engine,
+#   tests/model) named below are run too (or $OSPREY_GPU_BIN/<name>, a carried folder). Carried
 #   binaries: set OSPREY_BUNDLED_MODEL=<checkout>/models/osprey-arith.
 #   graph_step       test_cuda_graph_step: replay vs eager (bundled model + a random small
 #                    V3.2-like model) at B = 1, 2, 3, 5, 8, 9, 13, 16; no memset / host node and
 #                    the per-layer kernel budget; the shrink-tail rule on the device metadata; the
 #                    engine's greedy tokens with --cuda-graph (sync and async) = eager.
 #   graph_ops        test_cuda_graph: the single-op budgets (its util was refactored).
+#   fp8_gemm         test_cuda_fp8_gemm: the swap-AB twins, and ops::linears (one quantisation of
+#                    x for several FP8 linears) bit for bit against a linear() each.
+#   async_cuda       test_async_scheduling on cuda: overlapped = synchronous, incl. prompts in
+#                    chunks that sample no row (the staging of an empty logits_indices).
+#   goldens_gpu      test_goldens_gpu with the default BF16 router, and with OSPREY_ROUTER_BF16=0
+#                    (needs OSPREY_TEST_DATA=<checkout>/tests/data for carried binaries).
 #   bench_step       osprey bench step --preset dsv32 (dummy FP8, 5 layers) at B = 1, 16, 64,
-#                    context 5000, eager and --cuda-graph rows (+ the graph's node counts).
+#                    context 5000, eager and --cuda-graph rows (+ the graph's node counts; any
+#                    memset node is printed with its size).
+#   bench_loop       osprey bench step --engine-loop at B = 1, 64 (sync and async engine loops:
+#                    host time, idle gap, identical tokens).
 #   eval_eager / eval_graph   osprey eval --task arith on the bundled model on the GPU, without and
 #                    with --cuda-graph (batch 64, 1000 problems): the accuracy lines must agree.
 #   serve_graph      osprey serve --cuda-graph: health, 4 completions, /metrics.
@@ -30,7 +39,7 @@ step() {  # name, command...
   else echo "FAIL $name (rc $?, $out/$name.log)" | tee -a "$summary"; fi
 }
 find_test() {
-  for d in ${OSPREY_GPU_BIN:-} "$build/tests/ops"; do
+  for d in ${OSPREY_GPU_BIN:-} "$build/tests/ops" "$build/tests/engine" "$build/tests/model"; do
     [[ -n $d && -x $d/$1 ]] && { echo "$d/$1"; return; }
   done
   echo "missing-$1"
@@ -44,10 +53,21 @@ if grep -q '^\[  SKIPPED' "$out/graph_step.log"; then
   echo "FAIL graph_step: skipped (no CUDA device seen)" | tee -a "$summary"
 fi
 step graph_ops "$(find_test test_cuda_graph)"
+step fp8_gemm "$(find_test test_cuda_fp8_gemm)"
+step async_cuda "$(find_test test_async_scheduling)" --gtest_filter='*/cuda'
+grep -h '^\[  FAILED\|^\[  PASSED\|^\[  SKIPPED' "$out/async_cuda.log" | tee -a "$summary"
+step goldens_gpu env OSPREY_TEST_DATA="${OSPREY_TEST_DATA:-$root/tests/data}" \
+  "$(find_test test_goldens_gpu)"
+step goldens_gpu_router_f32 env OSPREY_ROUTER_BF16=0 \
+  OSPREY_TEST_DATA="${OSPREY_TEST_DATA:-$root/tests/data}" "$(find_test test_goldens_gpu)"
 
 step bench_step "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
   --context 5000 --warmup 10 --iters 50 --cuda-graph
-grep -h '^graph B=\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" | tee -a "$summary"
+grep -h '^graph B=\|^  memset node\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" |
+  tee -a "$summary"
+step bench_loop "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,64 \
+  --context 5000 --warmup 5 --iters 40 --engine-loop
+grep -h -A8 '^engine loop' "$out/bench_loop.log" | tee -a "$summary"
 
 for mode in eager graph; do
   flag=(); [[ $mode == graph ]] && flag=(--cuda-graph)

@@ -306,20 +306,38 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   const int kv_lora = c.kv_lora_rank, vd = c.v_head_dim;
   const DType f32 = DType::F32;
 
-  Tensor q = alloc(f32, {T, H, qk});  // [n_tokens, H, nope + rope]
-  Tensor q_lat;                       // [n_tokens, q_lora] normalised q latent (q LoRA models)
+  Tensor q = alloc(f32, {T, H, qk});            // [n_tokens, H, nope + rope]
+  Tensor kv = alloc(f32, {T, kv_lora + rope});  // [n_tokens, kv_lora + rope] before norm and rope
+  // The indexer's projections (V3.2) of x and of q_lat run beside attention's own, so that each
+  // input is quantised once for all the FP8 linears that read it (ops::linears, at decode).
+  const bool has_indexer = c.has_indexer;
+  const IndexerWeights& iw = w.indexer;
+  const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
+  Tensor iq;      // [n_tokens, IH, ID] the indexer's queries (before rope)
+  Tensor ik_raw;  // [n_tokens, ID] the indexer's keys (before norm and rope)
+  if (has_indexer) {
+    OSPREY_CHECK(c.q_lora_rank > 0, "the indexer reads the q latent: q_lora_rank must be > 0");
+    iq = alloc(f32, {T, IH, ID});
+    ik_raw = alloc(f32, {T, ID});
+  }
+  Tensor q_lat;  // [n_tokens, q_lora] normalised q latent (q LoRA models)
   if (c.q_lora_rank) {
     Tensor qa = alloc(f32, {T, c.q_lora_rank});
     q_lat = alloc(f32, {T, c.q_lora_rank});
-    ops::linear(qa, x, w.q_a_proj);
+    if (has_indexer)
+      ops::linears(x, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}});
+    else
+      ops::linears(x, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}});
     ops::rms_norm(q_lat, qa, w.q_a_norm, float(c.rms_norm_eps));
-    ops::linear(q.reshape({T, H * qk}), q_lat, w.q_b_proj);
+    if (has_indexer)
+      ops::linears(q_lat,
+                   {{q.reshape({T, H * qk}), &w.q_b_proj}, {iq.reshape({T, IH * ID}), &iw.wq_b}});
+    else
+      ops::linear(q.reshape({T, H * qk}), q_lat, w.q_b_proj);
     if (o.dump) o.dump->put(stage(l, "q_lat"), q_lat);
   } else {
-    ops::linear(q.reshape({T, H * qk}), x, w.q_proj);
+    ops::linears(x, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
   }
-  Tensor kv = alloc(f32, {T, kv_lora + rope});  // [n_tokens, kv_lora + rope] before norm and rope
-  ops::linear(kv, x, w.kv_a_proj);
   Tensor latent = alloc(f32, {T, kv_lora});  // [n_tokens, kv_lora]
   Tensor k_pe = alloc(f32, {T, 1, rope});    // [n_tokens, 1, rope]
   ops::copy_columns(latent, 0, kv, 0, kv_lora);
@@ -339,7 +357,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   Tensor topk;  // [n_tokens, index_topk] I32 (V3.2)
   if (c.has_indexer) {
     topk = alloc(DType::I32, {T, c.index_topk});
-    indexer(l, x, q_lat, topk, b, cache, o);
+    indexer(l, x, iq, ik_raw, topk, b, cache, o);
     if (o.forced_topk) {
       const Tensor& f = (*o.forced_topk)[size_t(l)];
       OSPREY_CHECK(f.shape == topk.shape, "forced topk of layer ", l, " has shape ",
@@ -390,20 +408,18 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   if (l == ablation_.zero_attention_layer) ops::scale(out, 0.0f);  // negative control (eval)
 }
 
-void DeepseekModel::indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const ForwardBatch& b,
-                            PagedKVCache& cache, const ForwardOptions& o) const {
+void DeepseekModel::indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor topk,
+                            const ForwardBatch& b, PagedKVCache& cache,
+                            const ForwardOptions& o) const {
   Workspace::Scope scope(ws_);
   const ModelConfig& c = config_;
   const IndexerWeights& w = weights_.layers[size_t(l)].attn.indexer;
   const int64_t T = b.attn.n_tokens, IH = c.index_n_heads, ID = c.index_head_dim;
   const int rope = c.qk_rope_head_dim;
-  Tensor iq = alloc(DType::F32, {T, IH, ID});  // [n_tokens, IH, ID]: rope dims first, then the rest
-  ops::linear(iq.reshape({T, IH * ID}), q_lat, w.wq_b);
+  // iq [n_tokens, IH, ID]: rope dims first, then the rest
   ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
             /*interleaved=*/false);
-  Tensor k_raw = alloc(DType::F32, {T, ID});
   Tensor ik = alloc(DType::F32, {T, 1, ID});  // [n_tokens, 1, ID]
-  ops::linear(k_raw, x, w.wk);
   ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
   ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
             /*interleaved=*/false);
@@ -434,8 +450,7 @@ void DeepseekModel::mlp(const MlpWeights& w, Tensor x, Tensor out) const {
   Workspace::Scope scope(ws_);
   const int64_t T = x.size(0), I = w.gate.out();
   Tensor g = alloc(DType::F32, {T, I}), u = alloc(DType::F32, {T, I});  // [n_tokens, I]
-  ops::linear(g, x, w.gate);
-  ops::linear(u, x, w.up);
+  ops::linears(x, {{g, &w.gate}, {u, &w.up}});
   ops::silu_mul(g, g, u);
   ops::linear(out, g, w.down);
 }

@@ -136,8 +136,10 @@ class DeepseekModel {
   // kv_rows = Σ seq_lens (host value: sizes the expanded path's K/V).
   void attention(int l, Tensor x, Tensor out, const ForwardBatch& b, int64_t kv_rows,
                  PagedKVCache& cache, const ForwardOptions& o) const;
-  // topk_indices [n_tokens, index_topk] of layer l (V3.2).
-  void indexer(int l, Tensor x, Tensor q_lat, Tensor topk, const ForwardBatch& b,
+  // topk_indices [n_tokens, index_topk] of layer l (V3.2), from x [n_tokens, D] and the
+  // indexer's projections attention() computed beside its own: iq = q_lat · wq_bᵀ
+  // [n_tokens, IH, ID] and k_raw = x · wkᵀ [n_tokens, ID] (both before norm and rope).
+  void indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor topk, const ForwardBatch& b,
                PagedKVCache& cache, const ForwardOptions& o) const;
   void ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) const;
   void mlp(const MlpWeights& w, Tensor x, Tensor out) const;

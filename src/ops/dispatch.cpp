@@ -46,6 +46,11 @@ namespace {
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
   OSPREY_DISPATCH(linear, y.device, y, x, w);
 }
+void linears(Tensor x, std::initializer_list<LinearOut> outs) {
+  if (outs.size() == 0) return;
+  const std::span<const LinearOut> s(outs.begin(), outs.size());
+  OSPREY_DISPATCH(linears, s[0].y.device, x, s);
+}
 void dequantize(Tensor out, const LinearWeight& w) {
   OSPREY_DISPATCH(dequantize, out.device, out, w);
 }

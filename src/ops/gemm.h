@@ -3,6 +3,9 @@
 // c/128] (scale_inv: F32 [ceil(out/128), ceil(in/128)], DeepSeek's `weight_scale_inv`).
 #pragma once
 
+#include <initializer_list>
+#include <span>
+
 #include "core/tensor.h"
 
 namespace osprey {
@@ -16,13 +19,25 @@ struct LinearWeight {
 
 constexpr int kFp8BlockSize = 128;
 
+// One output of linears(): y [n, w->out()] = x · Wᵀ.
+struct LinearOut {
+  Tensor y;
+  const LinearWeight* w;
+};
+
 namespace ops {
 // y [n, out] F32 = x [n, in] F32 · Wᵀ.
 void linear(Tensor y, Tensor x, const LinearWeight& w);
+// Several linears of one input: outs[i].y = x · outs[i].wᵀ, the same values as a linear() each.
+// On CUDA, FP8 weights that the swap-AB kernel serves (decode: few tokens) share one quantisation
+// of x (one kernel instead of one per weight: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
+// gate + up). Outputs must not alias x.
+void linears(Tensor x, std::initializer_list<LinearOut> outs);
 // out [out, in] = W dequantized (F32 on the CPU, BF16 on CUDA), on out's device.
 void dequantize(Tensor out, const LinearWeight& w);
 namespace cpu {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
+void linears(Tensor x, std::span<const LinearOut> outs);  // a linear() each
 // Dequantizes any supported weight to F32 rows [out, in] (the CPU backend's resident form).
 void dequantize(Tensor out_f32, const LinearWeight& w);
 // Rows [r0, r1) of W (F32, BF16, F16, or F8_E4M3 with its scales) as F32 into out [(r1 − r0), in].
@@ -38,6 +53,7 @@ void quantize_act_rows(float* q, float* s, const float* x, int64_t n, int64_t in
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
+void linears(Tensor x, std::span<const LinearOut> outs);
 // out [out, in] BF16 = W (F8_E4M3 + scales, or BF16/F32) as BF16.
 void dequantize(Tensor out_bf16, const LinearWeight& w);
 // FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces

@@ -133,6 +133,32 @@ TEST(CudaOps, LinearFp8SwapAbStepsAsideOutsideItsClass) {
   ops::cuda::set_fp8_swapab(true);
 }
 
+// Several FP8 linears of one x (ops::linears: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
+// gate + up) quantise x once: the same bits as a linear() each, at decode token counts and past the
+// swap-AB class (33 tokens: a linear() each, the fallback).
+TEST(CudaOps, LinearsOfOneInputMatchALinearEachBitForBit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const Fp8Weight qa = random_fp8(1536, 7168), kva = random_fp8(576, 7168),
+                  wk = random_fp8(128, 7168);
+  const LinearWeight dqa = qa.dev(), dkva = kva.dev(), dwk = wk.dev();
+  for (int64_t n : {int64_t(1), int64_t(16), int64_t(33)}) {
+    DeviceBuffer x = upload(rand_f32({n, 7168}, -2.0f, 2.0f));
+    DeviceBuffer y1 = poisoned(DType::F32, {n, 1536}), y2 = poisoned(DType::F32, {n, 576}),
+                 y3 = poisoned(DType::F32, {n, 128});
+    ops::linears(x, {{y1, &dqa}, {y2, &dkva}, {y3, &dwk}});
+    const Buffer g1 = download(y1), g2 = download(y2), g3 = download(y3);
+    for (const auto& [w, got] : {std::pair{&qa, &g1}, std::pair{&kva, &g2}, std::pair{&wk, &g3}}) {
+      const int64_t out = w->w.view().size(0);
+      DeviceBuffer y = poisoned(DType::F32, {n, out});
+      ops::linear(y, x, w->dev());
+      const Buffer want = download(y);
+      EXPECT_EQ(std::memcmp(got->f32(), want.f32(), size_t(n * out) * sizeof(float)), 0)
+          << "n " << n << " out " << out;
+    }
+  }
+}
+
 // ---- routed experts, decode path ---------------------------------------------------------------
 
 struct Experts {

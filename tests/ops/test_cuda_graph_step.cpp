@@ -219,16 +219,59 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
   replay_matches_eager(*m, "dsv32-small");
 }
 
-// The kernel budget of a decode step, per layer kind. UNVERIFIED: counted from the launch paths by
-// reading the code (no GPU where this was written); the test prints the measured counts. A change
-// that adds (or removes) a kernel must change these on purpose.
-//   dense layer (attention without the indexer + the dense MLP + two add-norms)
-constexpr int kDenseLayerKernels = 27;
-//   MoE layer (the same attention + router + routed experts + shared expert + add + norms)
-constexpr int kMoeLayerKernels = 32;
-//   the DSA indexer's share of a layer (wq_b, wk, norm, ropes, key write, weights, q quant,
-//   logits, top-k)
-constexpr int kDsaLayerKernels = 14;
+// The kernel budget of a decode step, per layer kind (dsv32_small: q LoRA, FP8 linears on the
+// swap-AB kernel at 4 tokens, BF16 router, FP8 indexer key cache). The H200 run of 6d1981f measured
+// dense 45 (with the DSA share), MoE 54, DSA 14 against estimates of 41, 46, 14; the audit below
+// removed the redundant quantisations (ops::linears: one per input instead of one per FP8 linear)
+// and counts each kernel left, name → why a decode step needs it. Counted from the launch paths
+// after those changes (the BF16 router and the shared quantisations not yet run on the GPU): the
+// test prints the measured counts. A change that adds (or removes) a kernel must change these on
+// purpose. Layer 0 has one more (mla_plan: the split-KV plan, built once a step, reused by every
+// layer); the differencing below measures layers past 0.
+//   attention without the indexer (22):
+//     quantize_rows(x)         x → e4m3 once for q_a_proj, kv_a_proj (and the indexer's wk)
+//     fp8_swapab × 2           q_a_proj, kv_a_proj
+//     rms_norm                 q_a_norm → q_lat
+//     quantize_rows(q_lat)     q_lat → e4m3 once for q_b_proj (and the indexer's wq_b)
+//     fp8_swapab               q_b_proj
+//     copy_columns × 2         kv_a's output split into latent [T, 512] and k_pe [T, 64]: the norm
+//                              and the cache write take contiguous rows (the kv_a split fusion of
+//                              issue 13 would remove both)
+//     rms_norm                 kv_a_norm on the latent
+//     rope × 2                 q's rope part, k_pe
+//     cache_write              latent + k_pe into the paged cache (BF16)
+//     convert + GEMM           q_nope → BF16, · W_UK per head (the absorbed query; cuBLASLt BF16)
+//     copy_rope                q's rope part beside the absorbed query [T, H, 576]
+//     mla_decode               sparse/dense absorbed attention, split-KV partials
+//     mla_combine              the split-KV partials merged
+//     convert + GEMM           o_lat → BF16, · W_UV per head
+//     quantize_rows + fp8      o_proj (its input quantised: one reader)
+//     rms_norm (add)           residual += attn; post_attention_layernorm
+//   the DSA indexer's share (12): fp8_swapab wk and wq_b (their inputs' quantisations are
+//     attention's, shared), rope (q), layer_norm (k_norm), rope (k), index_write_fp8 (key cache),
+//     convert (x → BF16) + GEMM (weights_proj, BF16), scale (× IH^-1/2), indexer_quantize_q (q →
+//     e4m3, its scales folded into the weights), indexer_logits, indexer_topk
+//   dense MLP (7): quantize_rows(x) once for gate and up, fp8_swapab gate, up, silu_mul,
+//     quantize_rows(h) + fp8_swapab down, rms_norm (add: residual += mlp; next input_layernorm)
+//   MoE FFN (17):
+//     convert + GEMM + reduce  router: x → BF16 (the gate GEMM is BF16; x is F32 until the BF16
+//                              dataflow), gate GEMM writing BF16 logits, cuBLASLt's split-K
+//                              reduce (its choice for [4, 2048] · [2048, 64]: no memset scheme)
+//     moe_route                biased grouped top-k on the BF16 logits (no cast kernel)
+//     quantize_rows(x)         x → e4m3 for the routed experts (moe_experts' own)
+//     moe_permute              tokens grouped by expert, the tile schedule
+//     fp8_swapab × 2           grouped gate_up (silu·mul and h's quantisation fused), grouped down
+//     moe_combine              the top-k outputs weighted back per token
+//     quantize_rows(x) + 2     the shared expert's gate and up (one quantisation: ops::linears)
+//     silu_mul, quantize + 1   the shared expert's silu·mul and down
+//     add                      routed + shared
+//     rms_norm (add)           residual += ffn; next input_layernorm
+constexpr int kAttentionKernels = 22;
+constexpr int kDenseMlpKernels = 7;
+constexpr int kMoeFfnKernels = 17;
+constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 29
+constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 39
+constexpr int kDsaLayerKernels = 12;
 constexpr int kBudgetBatch = 4;
 
 struct Captured {

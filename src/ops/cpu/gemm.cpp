@@ -103,6 +103,10 @@ void quantize_act_rows(float* q, float* s, const float* x, int64_t n, int64_t in
   }
 }
 
+void linears(Tensor x, std::span<const LinearOut> outs) {
+  for (const LinearOut& o : outs) linear(o.y, x, *o.w);
+}
+
 void linear_w8a8(Tensor y, Tensor x, const LinearWeight& w) {
   const int64_t n = x.numel() / std::max<int64_t>(x.size(-1), 1);
   const int64_t in = w.in(), out = w.out();

@@ -177,6 +177,45 @@ const char* last_fp8_gemm_path() {
   return g_last_path;
 }
 
+void linears(Tensor x, std::span<const LinearOut> outs) {
+  // One quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
+  // quantisation depends on x alone: the same x8 and scales as each linear's own); else a
+  // linear() each. The shared x8 lives in kScratchGemmX, which the swap-AB launches only read.
+  check_device(x, "linears", "x");
+  const int64_t in = x.size(-1);
+  const int64_t n = x.numel() / std::max<int64_t>(in, 1);
+  bool shared = outs.size() > 1 && n > 0 && is_f32_or_bf16(x.dtype);
+  for (const LinearOut& o : outs) {
+    const LinearWeight& w = *o.w;
+    shared = shared && w.weight.dtype == DType::F8_E4M3 && w.weight.device == Device::CUDA &&
+             w.in() == in && fp8_swapab_serves(n, w.out(), in);
+  }
+  if (!shared) {
+    for (const LinearOut& o : outs) linear(o.y, x, *o.w);
+    return;
+  }
+  auto* q = static_cast<uint8_t*>(scratch(kScratchGemmX, size_t(n * in)));
+  auto* s = static_cast<float*>(
+      scratch(kScratchGemmXScale, size_t(n * (in / kFp8BlockSize)) * sizeof(float)));
+  for (const LinearOut& o : outs) {
+    const LinearWeight& w = *o.w;
+    check_device(o.y, "linears", "y");
+    OSPREY_CHECK(o.y.numel() == n * w.out() && is_f32_or_bf16(o.y.dtype) && o.y.data != x.data,
+                 "linears: x ", shape_str(x.shape), " W ", shape_str(w.weight.shape), " y ",
+                 shape_str(o.y.shape));
+    const int64_t rb = (w.out() + kFp8BlockSize - 1) / kFp8BlockSize, cb = in / kFp8BlockSize;
+    OSPREY_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.shape == Shape({rb, cb}) &&
+                     w.scale_inv.device == Device::CUDA,
+                 "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
+                 "]");
+  }
+  launch_quantize_rows(q, s, x.data, x.dtype, n, in);
+  for (const LinearOut& o : outs)
+    launch_fp8_swapab_linear(o.y.data, o.y.dtype, q, s, o.w->weight.ptr<uint8_t>(),
+                             o.w->scale_inv.f32(), n, o.w->out(), in);
+  g_last_path = "swapab-fp8";
+}
+
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
   check_device(x, "linear", "x");
   check_device(w.weight, "linear", "weight");
