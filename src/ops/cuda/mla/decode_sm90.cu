@@ -1,5 +1,7 @@
 // Absorbed MLA attention on Hopper tensor cores (sm_90a): sparse (DSA top-k) and dense decode, and
-// the absorbed sparse prefill (the same math for every query token of a chunk).
+// the absorbed sparse prefill (the same math for every query token of a chunk). Two kernels, each
+// the faster on its cache (bench/RESULTS.md): the lockstep kernel described here serves the FP8
+// cache, the seesaw kernel further down (namespace seesaw) the BF16 cache.
 //
 // Math (ops/mla.h, absorbed form): for query token t at position p of sequence s, over its
 // attended entries i < L_t (sparse: j = topk[t, i], L_t = min(top-k, p + 1); dense: j = i,
@@ -34,6 +36,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
+#include <string_view>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/sync.cuh"
@@ -170,6 +173,54 @@ __device__ __forceinline__ void load_row_half(uint8_t* tile, const Params& a, in
       uint8_t* d = dst_row + chunk * kChunkBytes;
       hw::st_shared_16(d + ((uint32_t(uu) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
       hw::st_shared_16(d + ((uint32_t(uu + 1) ^ sw) << 4), make_uint4(b0.x, b0.y, b1.x, b1.y));
+    }
+  }
+}
+
+// Writes a token's normalised output rows r0, r1 (this thread's columns of half w) and lse: to
+// out / lse when the token is finished inside this part, else to its split slot for
+// mla_combine_splits (base-2 lse there).
+template <typename To>
+__device__ __forceinline__ void write_out(const Params& a, const float (&o)[128], int t, int part,
+                                          int32_t c0, int32_t payload, int w, int r0, int r1,
+                                          int cq, int g, float inv0, float inv1, float lse0,
+                                          float lse1) {
+  const int lane = threadIdx.x & 31;
+  const int n_splits = mla_n_splits(a.cum, payload, t);
+  const int h0 = g * kHeadsPerCta + r0, h1 = g * kHeadsPerCta + r1;
+  if (n_splits == 1) {
+    To* out = static_cast<To*>(a.out);
+#pragma unroll
+    for (int i = 0; i < 128; i += 2) {
+      const int row = (i & 2) ? h1 : h0;
+      if (row >= a.H) continue;
+      const float inv = (i & 2) ? inv1 : inv0;
+      const int col = 256 * w + 8 * (i >> 2) + cq;
+      To* d = out + (int64_t(t) * a.H + row) * kLat + col;
+      if constexpr (sizeof(To) == 4) {
+        *reinterpret_cast<float2*>(d) = make_float2(o[i] * inv, o[i + 1] * inv);
+      } else {
+        *reinterpret_cast<uint32_t*>(d) = bf16x2(o[i] * inv, o[i + 1] * inv);
+      }
+    }
+    if (a.lse && w == 0 && (lane & 3) == 0) {
+      if (h0 < a.H) a.lse[int64_t(t) * a.H + h0] = lse0 * kLn2;
+      if (h1 < a.H) a.lse[int64_t(t) * a.H + h1] = lse1 * kLn2;
+    }
+  } else {
+    const int slot = a.split_base[t] + (part - c0 / payload);
+#pragma unroll
+    for (int i = 0; i < 128; i += 2) {
+      const int row = (i & 2) ? h1 : h0;
+      if (row >= a.H) continue;
+      const float inv = (i & 2) ? inv1 : inv0;
+      const int col = 256 * w + 8 * (i >> 2) + cq;
+      *reinterpret_cast<float2*>(a.part_o + (int64_t(slot) * a.H + row) * kLat + col) =
+          make_float2(o[i] * inv, o[i + 1] * inv);
+    }
+    if (w == 0 && (lane & 3) == 0) {
+      if (h0 < a.H) a.part_lse[int64_t(slot) * a.H + h0] = lse0;
+      if (h1 < a.H) a.part_lse[int64_t(slot) * a.H + h1] = lse1;
     }
   }
 }
@@ -373,45 +424,443 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
     const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
-    const int n_splits = mla_n_splits(a.cum, payload, t);
-    const int h0 = g * kHeadsPerCta + r0, h1 = g * kHeadsPerCta + r1;
-    if (n_splits == 1) {
-      To* out = static_cast<To*>(a.out);
-#pragma unroll
-      for (int i = 0; i < 128; i += 2) {
-        const int row = (i & 2) ? h1 : h0;
-        if (row >= a.H) continue;
-        const float inv = (i & 2) ? inv1 : inv0;
-        const int col = 256 * w + 8 * (i >> 2) + cq;
-        To* d = out + (int64_t(t) * a.H + row) * kLat + col;
-        if constexpr (sizeof(To) == 4) {
-          *reinterpret_cast<float2*>(d) = make_float2(o[i] * inv, o[i + 1] * inv);
-        } else {
-          *reinterpret_cast<uint32_t*>(d) = bf16x2(o[i] * inv, o[i + 1] * inv);
-        }
-      }
-      if (a.lse && w == 0 && (lane & 3) == 0) {
-        if (h0 < a.H) a.lse[int64_t(t) * a.H + h0] = lse0 * kLn2;
-        if (h1 < a.H) a.lse[int64_t(t) * a.H + h1] = lse1 * kLn2;
-      }
-    } else {
-      const int slot = a.split_base[t] + (part - c0 / payload);
-#pragma unroll
-      for (int i = 0; i < 128; i += 2) {
-        const int row = (i & 2) ? h1 : h0;
-        if (row >= a.H) continue;
-        const float inv = (i & 2) ? inv1 : inv0;
-        const int col = 256 * w + 8 * (i >> 2) + cq;
-        *reinterpret_cast<float2*>(a.part_o + (int64_t(slot) * a.H + row) * kLat + col) =
-            make_float2(o[i] * inv, o[i + 1] * inv);
-      }
-      if (w == 0 && (lane & 3) == 0) {
-        if (h0 < a.H) a.part_lse[int64_t(slot) * a.H + h0] = lse0;
-        if (h1 < a.H) a.part_lse[int64_t(slot) * a.H + h1] = lse1;
-      }
-    }
+    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, inv0, inv1, lse0, lse1);
   }
 }
+
+// ---- The seesaw kernel (FlashMLA's schedule of 2025-04, written here for osprey's paged and
+// gathered caches): the two consumer warpgroups take the key blocks in pairs (a, b). WG0 owns the
+// left half of O (columns 0–255), WG1 the right half (256–511); both hold the running max m in
+// shared memory (sM). For a pair:
+//   WG0: S_a = Q·K_aᵀ (64 × 64, m64n64k16);  m ← max(m, rowmax S_a), sc0 = e^(m_old − m);
+//        P_a = e^(S_a − m); O_L = O_L·sc0 + P_a·V_aL                   (P_a from registers)
+//   WG1: S_b = Q·K_bᵀ;  m ← max(m, rowmax S_b), sc1 = e^(m_old − m) (after WG0's update);
+//        P_b = e^(S_b − m); O_R = O_R·sc0·sc1 + P_b·V_bR                (P_b from registers)
+//   WG0: P_a ← P_a·sc1 to shared memory;  O_L = O_L·sc1 + P_b·V_bL       (P_b from shared memory)
+//   WG1: O_R += P_a·V_aR                                                 (P_a from shared memory)
+// so the softmax of one warpgroup overlaps the other's MMAs. Row sums follow the same scales; the
+// two partial sums add at the end. An odd run is padded with a tile of no attended key.
+// Each key tile is released in two halves on their own mbarriers: L (chunks 0–3: S and V_L) and R
+// (chunks 4–8: S, V_R and the rope), so the producer refills a's L half while the pair still runs.
+// BF16 caches only: on the FP8 cache the lockstep kernel above is faster (measured 2026-12-01:
+// this schedule with an FP8 producer of half tiles took 481 µs at B = 64 against 246 µs;
+// bench/RESULTS.md).
+// Q's rope chunk (columns 512–575) lives in registers (wgmma with A from registers): its shared
+// memory holds P_b. Named barriers hand off sM / sc0, sc1, P_a and P_b between the two warpgroups.
+namespace seesaw {
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128·56 + 256·224 = 384·168
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg pool");
+constexpr int kLChunks = 4;  // chunks 0–3: the L half of a tile (V_L); 4–8 the R half
+// Named barriers, 256 threads (one warpgroup arrives, the other waits), one use per pair each.
+constexpr int kBarQ = 1, kBarScale0 = 2, kBarScale1 = 3, kBarP0 = 4, kBarP1 = 5, kBarSum = 6;
+
+struct Smem {                 // every tile 1024-aligned
+  uint8_t q[kTileBytes];      // [64 heads × 512] BF16 SW128 (chunks 0–7); chunk 8 = P_b
+  uint8_t kv[2][kTileBytes];  // [64 keys × 576] BF16 SW128
+  uint8_t p0[kChunkBytes];    // P_a [64 heads × 64 keys] BF16 SW128
+  float m[kHeadsPerCta];      // running row max (base 2, scaled)
+  float scale0[kHeadsPerCta], scale1[kHeadsPerCta];
+  float row_sum[2][kHeadsPerCta];  // [warpgroup][head]
+  uint8_t valid[2][kBlockN];       // key r of the tile is attended
+  uint64_t full_l[2], full_r[2], empty_l[2], empty_r[2];
+};
+constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
+static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 per-block limit");
+
+// The producer's share of one half of a tile (BF16 cache), for row r of the tile (thread
+// pt = 2·r + hh): after the half's empty barrier, cp.async of L = chunks 0–3 (16 units of 8 BF16
+// a thread) or R = chunks 4–8 (20 units: latent 256–511 and the rope), whose completion arrives on
+// the half's full barrier (noinc: the producer goes on at once). row < 0: zeros (the consumers
+// mask the row through `valid`).
+template <bool kRight>
+__device__ __forceinline__ void load_half(uint8_t* tile, const Params& a, int r, int hh,
+                                          int64_t row, uint64_t* full) {
+  const bool ok = row >= 0;
+  uint8_t* dst_row = tile + r * 128;
+  const uint32_t sw = uint32_t(r & 7);
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
+  constexpr int kPer = kRight ? 20 : 16, kBase = kRight ? 32 : 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int u = kBase + hh * kPer + k, chunk = u >> 3, uu = u & 7;
+    hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), src + u * 16,
+                    ok ? 16u : 0u);
+  }
+  hw::cp_async_arrive_noinc(full);
+}
+
+// S (+)= Q · Kᵀ over one half of a tile: L = chunks 0–3 (its first step overwrites S), R = chunks
+// 4–8, chunk 8 (the rope) taking Q from the registers rq.
+template <bool kLeft>
+__device__ __forceinline__ void qk_half(float (&s)[32], const uint8_t* q, const uint8_t* kv,
+                                        const uint32_t (&rq)[4][4]) {
+  constexpr int c0 = kLeft ? 0 : kLChunks, c1 = kLeft ? kLChunks : kChunks - 1;
+#pragma unroll
+  for (int c = c0; c < c1; ++c)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      hw::wgmma_m64n64k16_bf16_ss(s, hw::sw128_desc(q + c * kChunkBytes + kk * 32, 16, 1024),
+                                  hw::sw128_desc(kv + c * kChunkBytes + kk * 32, 16, 1024),
+                                  !kLeft || c > 0 || kk > 0);
+  if constexpr (!kLeft) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      hw::wgmma_m64n64k16_bf16_rs(
+          s, rq[kk], hw::sw128_desc(kv + (kChunks - 1) * kChunkBytes + kk * 32, 16, 1024), true);
+  }
+}
+
+// O (+)= P · V over one tile's 64 keys, V = the 256 columns from chunk 4·half; P from registers.
+__device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&p)[4][4],
+                                        const uint8_t* kv, int half) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+    hw::wgmma_m64n256k16_bf16_rs_tb(
+        o, p[kk], hw::sw128_desc(kv + 4 * half * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024),
+        true);
+}
+// The same with P in shared memory (SW128 [64 × 64]).
+__device__ __forceinline__ void pv_smem(float (&o)[128], const uint8_t* p, const uint8_t* kv,
+                                        int half) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+    hw::wgmma_m64n256k16_bf16_ss_tb(
+        o, hw::sw128_desc(p + kk * 32, 16, 1024),
+        hw::sw128_desc(kv + 4 * half * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024), true);
+}
+
+// P (F32 accumulator order) → the BF16 A fragments of the 4 K steps.
+__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&p)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[kk][j] = bf16x2(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+}
+// P_a · sc (sc per row) → shared memory from its BF16 fragments (pk[kk][j]: row r0 or r1 = r0 + 8
+// for even / odd j, columns 8·(2·kk + j/2) + cq, + 1): the F32 P is not kept (registers).
+__device__ __forceinline__ void store_p_scaled(uint8_t* dst, const uint32_t (&pk)[4][4], float sc0,
+                                               float sc1, int r0, int cq) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = (j & 1) ? r0 + 8 : r0, n8 = 2 * kk + (j >> 1);
+      const float sc = (j & 1) ? sc1 : sc0;
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pk[kk][j]));
+      *reinterpret_cast<uint32_t*>(dst + r * 128 + (((uint32_t(n8) ^ uint32_t(r)) & 7u) << 4) +
+                                   cq * 2) = bf16x2(v.x * sc, v.y * sc);
+    }
+}
+// P → shared memory, SW128 [64 heads × 64 keys]; rows r0, r1 = r0 + 8, columns 8·n8 + cq.
+__device__ __forceinline__ void store_p(uint8_t* dst, const float (&s)[32], int r0, int cq) {
+  const int r1 = r0 + 8;
+#pragma unroll
+  for (int n8 = 0; n8 < 8; ++n8) {
+    *reinterpret_cast<uint32_t*>(dst + r0 * 128 + (((uint32_t(n8) ^ uint32_t(r0)) & 7u) << 4) +
+                                 cq * 2) = bf16x2(s[4 * n8], s[4 * n8 + 1]);
+    *reinterpret_cast<uint32_t*>(dst + r1 * 128 + (((uint32_t(n8) ^ uint32_t(r1)) & 7u) << 4) +
+                                 cq * 2) = bf16x2(s[4 * n8 + 2], s[4 * n8 + 3]);
+  }
+}
+
+// Masks S (invalid keys → −∞), scales to base 2 and returns the row maxima of rows r0 / r0 + 8.
+__device__ __forceinline__ void mask_max(float (&s)[32], const uint8_t* valid, float scale_log2,
+                                         int cq, float& mx0, float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int key = 8 * (i >> 2) + cq + (i & 1);
+    s[i] = valid[key] ? s[i] * scale_log2 : -INFINITY;
+    if (i & 2)
+      mx1 = fmaxf(mx1, s[i]);
+    else
+      mx0 = fmaxf(mx0, s[i]);
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+}
+// P = 2^(S − ref) in place; returns this thread's part of the row sums.
+__device__ __forceinline__ void exp_rows(float (&s)[32], float ref0, float ref1, float& s0,
+                                         float& s1) {
+  s0 = 0.0f;
+  s1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    s[i] = exp2f(s[i] - ((i & 2) ? ref1 : ref0));
+    if (i & 2)
+      s1 += s[i];
+    else
+      s0 += s[i];
+  }
+}
+__device__ __forceinline__ void scale_o(float (&o)[128], float f0, float f1) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? f1 : f0;
+}
+
+// Q's rope chunk (columns 512–575) of heads g·64 + r0 and + 8 as the BF16 A fragments of its 4 K
+// steps (its shared memory holds P_b).
+template <typename Tq>
+__device__ __forceinline__ void load_q_rope(const Params& a, int t, int g, int r0, int cq,
+                                            uint32_t (&rq)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int h = g * kHeadsPerCta + r0 + 8 * (j & 1), col = kLat + 16 * kk + 8 * (j >> 1) + cq;
+      uint32_t v = 0u;
+      if (h < a.H) {
+        const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + col;
+        if constexpr (sizeof(Tq) == 4) {
+          const float2 x = __ldg(reinterpret_cast<const float2*>(src));
+          v = bf16x2(x.x, x.y);
+        } else {
+          v = __ldg(reinterpret_cast<const unsigned int*>(src));
+        }
+      }
+      rq[kk][j] = v;
+    }
+}
+
+template <typename Tq, typename To, bool kSparse>
+__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Params a) {
+  extern __shared__ uint8_t smem_raw[];
+  Smem& sm =
+      *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int tid = threadIdx.x;
+  const int part = blockIdx.x, g = blockIdx.y;
+  const int32_t payload = *a.payload, total = a.cum[a.n_tokens];
+  const int32_t w0 = part * payload, w1 = min(w0 + payload, total);
+  if (w0 >= w1) return;  // the whole CTA: no barrier was used yet
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      hw::mbar_init(&sm.full_l[s], kProducerThreads);
+      hw::mbar_init(&sm.full_r[s], kProducerThreads);
+      hw::mbar_init(&sm.empty_l[s], 128);  // one warpgroup releases each half (see below)
+      hw::mbar_init(&sm.empty_r[s], 128);
+    }
+    hw::mbar_init_fence();
+  }
+  __syncthreads();
+  const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
+  // The warpgroup index through a shuffle, so that the compiler knows it is warp-uniform and
+  // keeps the wgmma of each warpgroup's path pipelined (no serialising arrive on a divergent path).
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+
+  if (wg == 2) {  // ---- producer warpgroup ----
+    hw::regs_dealloc<kProducerRegs>();
+    const int pt = tid - kConsumerThreads, r = pt >> 1, hh = pt & 1;
+    int it = 0;
+    for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
+      const int32_t c0 = a.cum[t];
+      const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
+      const int s = seq_of_token(a.qsl, a.n_seqs, t);
+      const int64_t p = a.positions[t];
+      const int L = entries_of<kSparse>(a, p);
+      // An odd run gets one more tile with no attended key (zero-filled, all invalid), so the
+      // consumers always take whole pairs: no wgmma on a data-dependent path.
+      const int b_end = b0 + ((b1 - b0 + 1) & ~1);
+      for (int b = b0; b < b_end; ++b, ++it) {
+        const int stage = it & 1;
+        const uint32_t ph = uint32_t(it >> 1) & 1u;
+        const int i = b * kBlockN + r;
+        int64_t j = -1;
+        if (b < b1 && i < L) j = kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
+        int64_t row = -1;
+        if (j >= 0 && j <= p)
+          row =
+              int64_t(a.block_table[int64_t(s) * a.max_blocks + j / a.block_size]) * a.block_size +
+              j % a.block_size;
+        hw::mbar_wait(&sm.empty_l[stage], ph ^ 1u);
+        if (hh == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
+        load_half<false>(sm.kv[stage], a, r, hh, row, &sm.full_l[stage]);
+        hw::mbar_wait(&sm.empty_r[stage], ph ^ 1u);
+        load_half<true>(sm.kv[stage], a, r, hh, row, &sm.full_r[stage]);
+      }
+    }
+    hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  hw::regs_alloc<kConsumerRegs>();
+  const int w = wg, ct = tid & 127, lane = tid & 31;
+  const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
+  const int cq = 2 * (lane & 3);
+  uint8_t* const p1 = sm.q + (kChunks - 1) * kChunkBytes;  // P_b, in Q's rope chunk
+  int it = 0;
+  for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
+    const int32_t c0 = a.cum[t];
+    const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
+
+    // Q chunks 0–7 [64 heads × 512] as BF16 into shared memory (rows past H zero); m = −∞.
+    for (int u = tid; u < kHeadsPerCta * (kLat / 8); u += kConsumerThreads) {
+      const int hr = u / (kLat / 8), cu = u % (kLat / 8);
+      const int h = g * kHeadsPerCta + hr;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (h < a.H) {
+        const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
+        if constexpr (sizeof(Tq) == 4) {
+          const float4 x = reinterpret_cast<const float4*>(src)[0];
+          const float4 y = reinterpret_cast<const float4*>(src)[1];
+          v = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
+        } else {
+          v = *reinterpret_cast<const uint4*>(src);
+        }
+      }
+      hw::st_shared_16(
+          sm.q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
+    }
+    uint32_t rq[4][4];  // Q's rope chunk, kept in registers for the token
+    load_q_rope<Tq>(a, t, g, r0, cq, rq);
+    if (tid < kHeadsPerCta) sm.m[tid] = -INFINITY;
+    hw::fence_proxy_async();
+    hw::named_barrier(kBarQ, kConsumerThreads);
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float l0 = 0.0f, l1 = 0.0f;  // this thread's part of the row sums (relative to sM)
+    const int n = b1 - b0;       // whole pairs: the producer pads an odd run with an empty tile
+    for (int pr = 0; pr < n; pr += 2, it += 2) {
+      const int sa = it & 1, sb = sa ^ 1;
+      const uint32_t pha = uint32_t(it >> 1) & 1u, phb = uint32_t((it + 1) >> 1) & 1u;
+      float s[32];
+      uint32_t pk[4][4];
+      if (w == 0) {
+        // S_a = Q · K_aᵀ, half by half as they land.
+        hw::mbar_wait(&sm.full_l[sa], pha);
+        hw::fence_proxy_async();
+        hw::wgmma_fence();
+        qk_half<true>(s, sm.q, sm.kv[sa], rq);
+        hw::mbar_wait(&sm.full_r[sa], pha);
+        hw::fence_proxy_async();
+        qk_half<false>(s, sm.q, sm.kv[sa], rq);
+        hw::wgmma_commit();
+        hw::wgmma_wait<0>();
+        hw::fence_regs(s);
+        float mx0, mx1;
+        mask_max(s, sm.valid[sa], a.scale_log2, cq, mx0, mx1);
+        const float old0 = sm.m[r0], old1 = sm.m[r1];
+        const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+        const float ref0 = n0 == -INFINITY ? 0.0f : n0, ref1 = n1 == -INFINITY ? 0.0f : n1;
+        const float sc0_0 = exp2f(old0 - ref0), sc0_1 = exp2f(old1 - ref1);
+        __syncwarp();
+        if ((lane & 3) == 0) {
+          sm.m[r0] = n0;
+          sm.m[r1] = n1;
+          sm.scale0[r0] = sc0_0;
+          sm.scale0[r1] = sc0_1;
+        }
+        hw::named_arrive(kBarScale0, kConsumerThreads);
+        float e0, e1;
+        exp_rows(s, ref0, ref1, e0, e1);
+        l0 = l0 * sc0_0 + e0;
+        l1 = l1 * sc0_1 + e1;
+        scale_o(o, sc0_0, sc0_1);
+        pack_p(s, pk);
+        hw::fence_regs(o);
+        hw::wgmma_fence();
+        pv_regs(o, pk, sm.kv[sa], 0);  // O_L += P_a · V_aL
+        hw::wgmma_commit();
+        hw::wgmma_wait<0>();
+        hw::fence_regs(o);
+        hw::mbar_arrive(&sm.empty_l[sa]);  // a's L half: S_a and V_aL were its last readers
+        hw::named_barrier(kBarScale1, kConsumerThreads);
+        const float sc1_0 = sm.scale1[r0], sc1_1 = sm.scale1[r1];
+        store_p_scaled(sm.p0, pk, sc1_0, sc1_1, r0, cq);  // P_a · sc1, for WG1's V_aR
+        hw::fence_proxy_async();
+        hw::named_arrive(kBarP0, kConsumerThreads);
+        l0 *= sc1_0;
+        l1 *= sc1_1;
+        scale_o(o, sc1_0, sc1_1);
+        hw::named_barrier(kBarP1, kConsumerThreads);
+        hw::fence_proxy_async();  // b's cp.async bytes (WG1 waited for them), read by wgmma here
+        hw::fence_regs(o);
+        hw::wgmma_fence();
+        pv_smem(o, p1, sm.kv[sb], 0);  // O_L += P_b · V_bL
+        hw::wgmma_commit();
+        hw::wgmma_wait<0>();
+        hw::fence_regs(o);
+        hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+      } else {
+        hw::mbar_wait(&sm.full_l[sb], phb);
+        hw::fence_proxy_async();
+        hw::wgmma_fence();
+        qk_half<true>(s, sm.q, sm.kv[sb], rq);
+        hw::mbar_wait(&sm.full_r[sb], phb);
+        hw::fence_proxy_async();
+        qk_half<false>(s, sm.q, sm.kv[sb], rq);
+        hw::wgmma_commit();
+        hw::wgmma_wait<0>();
+        hw::fence_regs(s);
+        float mx0, mx1;
+        mask_max(s, sm.valid[sb], a.scale_log2, cq, mx0, mx1);
+        hw::named_barrier(kBarScale0, kConsumerThreads);
+        hw::fence_proxy_async();  // a's cp.async bytes (WG0 waited for them), read by wgmma here
+        const float old0 = sm.m[r0], old1 = sm.m[r1];
+        const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+        const float ref0 = n0 == -INFINITY ? 0.0f : n0, ref1 = n1 == -INFINITY ? 0.0f : n1;
+        const float sc1_0 = exp2f(old0 - ref0), sc1_1 = exp2f(old1 - ref1);
+        __syncwarp();
+        if ((lane & 3) == 0) {
+          sm.m[r0] = n0;
+          sm.m[r1] = n1;
+          sm.scale1[r0] = sc1_0;
+          sm.scale1[r1] = sc1_1;
+        }
+        hw::named_arrive(kBarScale1, kConsumerThreads);
+        const float f0 = sm.scale0[r0] * sc1_0, f1 = sm.scale0[r1] * sc1_1;
+        float e0, e1;
+        exp_rows(s, ref0, ref1, e0, e1);
+        l0 = l0 * f0 + e0;
+        l1 = l1 * f1 + e1;
+        scale_o(o, f0, f1);
+        store_p(p1, s, r0, cq);
+        hw::fence_proxy_async();
+        pack_p(s, pk);
+        hw::fence_regs(o);
+        hw::wgmma_fence();
+        pv_regs(o, pk, sm.kv[sb], 1);  // O_R += P_b · V_bR
+        hw::wgmma_commit();
+        hw::named_barrier(kBarP0, kConsumerThreads);
+        pv_smem(o, sm.p0, sm.kv[sa], 1);  // O_R += P_a · V_aR
+        hw::wgmma_commit();
+        hw::named_arrive(kBarP1, kConsumerThreads);
+        hw::wgmma_wait<1>();
+        hw::mbar_arrive(&sm.empty_r[sb]);  // b's R half: S_b and V_bR
+        hw::wgmma_wait<0>();
+        hw::fence_regs(o);
+        hw::mbar_arrive(&sm.empty_r[sa]);  // a's R half: S_a (WG0, before P_a) and V_aR
+      }
+    }
+
+    // Epilogue: full row sums (4 lanes, then both warpgroups), normalise, write.
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    if ((lane & 3) == 0) {
+      sm.row_sum[w][r0] = l0;
+      sm.row_sum[w][r1] = l1;
+    }
+    hw::named_barrier(kBarSum, kConsumerThreads);
+    l0 += sm.row_sum[w ^ 1][r0];
+    l1 += sm.row_sum[w ^ 1][r1];
+    const float m0 = sm.m[r0], m1 = sm.m[r1];
+    hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum and m free for the next token
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
+    const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
+    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, inv0, inv1, lse0, lse1);
+  }
+}
+}  // namespace seesaw
 
 int64_t g_sm90_calls = 0;
 // OSPREY_MLA_SM90=0 routes every call to the CUDA-core kernels (bench step's before/after).
@@ -427,15 +876,36 @@ bool sm90_serves(int64_t heads, int64_t kv_lora, int64_t rope) {
          (heads <= kHeadsPerCta || heads % kHeadsPerCta == 0);
 }
 
+// OSPREY_MLA_SM90_KERNEL=lockstep runs the first kernel (both warpgroups on every key block,
+// in lockstep) on BF16 caches too, instead of the seesaw one: the kernel benchmark's A/B.
+bool g_seesaw = [] {
+  const char* e = std::getenv("OSPREY_MLA_SM90_KERNEL");
+  return !(e && std::string_view(e) == "lockstep");
+}();
+
 template <typename Tq, typename To, bool kFp8, bool kSparse>
 void launch(const Params& a, dim3 grid) {
   auto* k = mla_decode_sm90_kernel<Tq, To, kFp8, kSparse>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    if constexpr (!kFp8)
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(seesaw::kSmemBytes)));
     return true;
   }();
   (void)configured;
+  // BF16 caches: the seesaw kernel; FP8 caches: the lockstep one (each measured the faster on
+  // its cache, bench/RESULTS.md).
+  if constexpr (!kFp8) {
+    if (g_seesaw) {
+      seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse>
+          <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a);
+      OSPREY_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
   k<<<grid, kThreads, kSmemBytes, stream()>>>(a);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
