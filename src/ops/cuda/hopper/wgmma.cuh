@@ -58,229 +58,90 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D[64×32] (+)= A[64×16] · B[16×32], A and B in shared memory (descriptors), F32 accumulators.
-// B K-major; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t desc_a,
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
+// The wrappers below, one line each: an accumulator of N F32 registers d[0 .. N) ("+f" operands
+// %0 .. %N−1, listed in the template as OSPREY_WGMMA_R<N>), then the A operand (a descriptor, or
+// the 4 registers of the A fragment), the B descriptor and the accumulate predicate, whose operand
+// numbers (IA, IB, IP: N, N + 1, N + 2; or N .. N + 3, N + 4, N + 5) the macro cannot count.
+#define OSPREY_WGMMA_D8(o)                                                            \
+  "+f"(d[o]), "+f"(d[(o) + 1]), "+f"(d[(o) + 2]), "+f"(d[(o) + 3]), "+f"(d[(o) + 4]), \
+      "+f"(d[(o) + 5]), "+f"(d[(o) + 6]), "+f"(d[(o) + 7])
+#define OSPREY_WGMMA_D16(o) OSPREY_WGMMA_D8(o), OSPREY_WGMMA_D8((o) + 8)
+#define OSPREY_WGMMA_D32(o) OSPREY_WGMMA_D16(o), OSPREY_WGMMA_D16((o) + 16)
+#define OSPREY_WGMMA_D_8 OSPREY_WGMMA_D8(0)
+#define OSPREY_WGMMA_D_16 OSPREY_WGMMA_D16(0)
+#define OSPREY_WGMMA_D_32 OSPREY_WGMMA_D32(0)
+#define OSPREY_WGMMA_D_128 \
+  OSPREY_WGMMA_D32(0), OSPREY_WGMMA_D32(32), OSPREY_WGMMA_D32(64), OSPREY_WGMMA_D32(96)
+#define OSPREY_WGMMA_R_8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define OSPREY_WGMMA_R_16 OSPREY_WGMMA_R_8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define OSPREY_WGMMA_R_32 \
+  OSPREY_WGMMA_R_16       \
+      ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define OSPREY_WGMMA_R_128                                                                      \
+  OSPREY_WGMMA_R_32                                                                             \
+      ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, " \
+      "%49, %50, %51, %52, %53, %54, %55"                                                       \
+      ", %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, " \
+      "%73, %74, %75, %76, %77, %78, %79"                                                       \
+      ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, " \
+      "%97, %98, %99, %100, %101"                                                               \
+      ", %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "  \
+      "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
-// D[64×256] (+)= A[64×16] · B[16×256], A and B in shared memory (descriptors), F32 accumulators.
-// B MN-major (transposed: N contiguous); accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n256k16_bf16_ss_tb(float (&d)[128], uint64_t desc_a,
-                                                            uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
-      "%127"
-      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
+// NAME(d, desc_a, desc_b, accumulate): A and B in shared memory. TAIL: the immediates after the
+// predicate (scale-a, scale-b, and for 16-bit types transpose-a, transpose-b).
+#define OSPREY_WGMMA_SS(NAME, N, INSTR, IA, IB, IP, TAIL)                                       \
+  __device__ __forceinline__ void NAME(float(&d)[N], uint64_t desc_a, uint64_t desc_b,          \
+                                       bool accumulate) {                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " {" OSPREY_WGMMA_R_##N \
+                 "}, %" IA ", %" IB ", p, " TAIL ";\n}\n"                                       \
+                 : OSPREY_WGMMA_D_##N                                                           \
+                 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));                             \
+  }
+// NAME(d, a, desc_b, accumulate): A from registers (a[0..3], operands IA .. IA + 3 listed in A4).
+#define OSPREY_WGMMA_RS(NAME, N, INSTR, A4, IB, IP, TAIL)                                          \
+  __device__ __forceinline__ void NAME(float(&d)[N], const uint32_t(&a)[4], uint64_t desc_b,       \
+                                       bool accumulate) {                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IP ", 0;\n" INSTR " {" OSPREY_WGMMA_R_##N    \
+                 "}, {" A4 "}, %" IB ", p, " TAIL ";\n}\n"                                         \
+                 : OSPREY_WGMMA_D_##N                                                              \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate))); \
+  }
 
-// D[64×64] (+)= A[64×16] · B[16×64], A and B in shared memory (descriptors), F32 accumulators.
-// B K-major; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t desc_a,
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
+// D[64×32] (+)= A[64×16] · B[16×32], BF16, B K-major; accumulate = false overwrites D.
+OSPREY_WGMMA_SS(wgmma_m64n32k16_bf16_ss, 16, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16",
+                "16", "17", "18", "1, 1, 0, 0")
+// D[64×64] (+)= A[64×16] · B[16×64], BF16, B K-major.
+OSPREY_WGMMA_SS(wgmma_m64n64k16_bf16_ss, 32, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                "32", "33", "34", "1, 1, 0, 0")
+// D[64×256] (+)= A[64×16] · B[16×256], BF16, B MN-major (transposed: N contiguous).
+OSPREY_WGMMA_SS(wgmma_m64n256k16_bf16_ss_tb, 128,
+                "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "128", "129", "130",
+                "1, 1, 0, 1")
+// A from registers: the m16n8k16 A fragment of each warp's 16 rows (a[0] = (row l/4, k 2·(l%4) +
+// {0,1}), a[1] = row + 8, a[2] = k + 8, a[3] = both). An accumulator of m64nNk16 converted to
+// BF16 pairs in register order is this fragment: d[8k .. 8k + 7] give the A registers of the k-th
+// 16-wide K step.
+// D[64×64] (+)= A[64×16] · B[16×64], BF16, B K-major.
+OSPREY_WGMMA_RS(wgmma_m64n64k16_bf16_rs, 32, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                "%32, %33, %34, %35", "36", "37", "1, 1, 0")
+// D[64×256] (+)= A[64×16] · B[16×256], BF16, B MN-major.
+OSPREY_WGMMA_RS(wgmma_m64n256k16_bf16_rs_tb, 128,
+                "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "%128, %129, %130, %131",
+                "132", "133", "1, 1, 1")
+// e4m3 A and B in shared memory, both K-major (FP8 wgmma has no transpose), F32 accumulators:
+// D[64×N] (+)= A[64×32] · B[32×N] for N = 16, 32, 64, 256.
+OSPREY_WGMMA_SS(wgmma_m64n16k32_e4m3_ss, 8, "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3",
+                "8", "9", "10", "1, 1")
+OSPREY_WGMMA_SS(wgmma_m64n32k32_e4m3_ss, 16, "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3",
+                "16", "17", "18", "1, 1")
+OSPREY_WGMMA_SS(wgmma_m64n64k32_e4m3_ss, 32, "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3",
+                "32", "33", "34", "1, 1")
+OSPREY_WGMMA_SS(wgmma_m64n256k32_e4m3_ss, 128,
+                "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "128", "129", "130",
+                "1, 1")
 
-// D[64×64] (+)= A[64×16] · B[16×64], A from registers (the m16n8k16 A fragment of each warp's
-// 16 rows: a[0] = (row l/4, k 2·(l%4) + {0,1}), a[1] = row + 8, a[2] = k + 8, a[3] = both), B in
-// shared memory, K-major; F32 accumulators; accumulate = false overwrites D. An accumulator of
-// m64nNk16 converted to BF16 pairs in register order is this fragment: d[8k .. 8k + 7] give the
-// A registers of the k-th 16-wide K step.
-__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-}
-
-// D[64×256] (+)= A[64×16] · B[16×256], A from registers (fragment as above), B in shared memory
-// MN-major (transposed: N contiguous); F32 accumulators; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n256k16_bf16_rs_tb(float (&d)[128], const uint32_t (&a)[4],
-                                                            uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
-      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
-      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
-      "%123, %124, %125, %126, %127"
-      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
-}
-
-// D[64×16] (+)= A[64×32] · B[32×16], e4m3 A and B in shared memory (descriptors, both K-major:
-// FP8 wgmma has no transpose), F32 accumulators; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n16k32_e4m3_ss(float (&d)[8], uint64_t desc_a,
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7"
-      "}, %8, %9, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
-
-// D[64×32] (+)= A[64×32] · B[32×32], e4m3 A and B in shared memory (descriptors, both K-major:
-// FP8 wgmma has no transpose), F32 accumulators; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_ss(float (&d)[16], uint64_t desc_a,
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-      "}, %16, %17, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
-
-// D[64×64] (+)= A[64×32] · B[32×64], e4m3 A and B in shared memory (descriptors, both K-major:
-// FP8 wgmma has no transpose), F32 accumulators; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3_ss(float (&d)[32], uint64_t desc_a,
-                                                        uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
-
-// D[64×256] (+)= A[64×32] · B[32×256], e4m3 A and B in shared memory (descriptors, both K-major),
-// F32 accumulators; accumulate = false overwrites D.
-__device__ __forceinline__ void wgmma_m64n256k32_e4m3_ss(float (&d)[128], uint64_t desc_a,
-                                                         uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "
-      "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "
-      "%92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, "
-      "%123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
-}
+#undef OSPREY_WGMMA_SS
+#undef OSPREY_WGMMA_RS
 
 }  // namespace osprey::ops::cuda::hopper

@@ -177,15 +177,126 @@ __device__ __forceinline__ void load_row_half(uint8_t* tile, const Params& a, in
   }
 }
 
-// Writes a token's normalised output rows r0, r1 (this thread's columns of half w) and lse: to
-// out / lse when the token is finished inside this part, else to its split slot for
-// mla_combine_splits (base-2 lse there).
+// Masks S (N accumulators of an m64nNk16 fragment: invalid keys → −∞), scales it to base 2 and
+// returns the row maxima of rows r0 / r0 + 8 over the quad. valid: the flags of S's first key.
+template <int N>
+__device__ __forceinline__ void mask_max(float (&s)[N], const uint8_t* valid, float scale_log2,
+                                         int cq, float& mx0, float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int key = 8 * (i >> 2) + cq + (i & 1);
+    s[i] = valid[key] ? s[i] * scale_log2 : -INFINITY;
+    if (i & 2)
+      mx1 = fmaxf(mx1, s[i]);
+    else
+      mx0 = fmaxf(mx0, s[i]);
+  }
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+}
+
+// The dynamic shared memory base rounded up to 1024 bytes (SW128 tiles; kSmemBytes has the slack).
+template <typename S>
+__device__ __forceinline__ S& aligned_smem(uint8_t* raw) {
+  return *reinterpret_cast<S*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+// The part's run [w0, w1) of the plan's 64-entry blocks (payload blocks a part); false if empty.
+__device__ __forceinline__ bool part_run(const Params& a, int part, int32_t& payload, int32_t& w0,
+                                         int32_t& w1) {
+  payload = *a.payload;
+  w0 = part * payload;
+  w1 = min(w0 + payload, a.cum[a.n_tokens]);
+  return w0 < w1;
+}
+
+// Token t's share of a part's run [w0, w1): its blocks b0 .. b1 − 1, its sequence, position and
+// attended entries (the producer's walk).
+struct TokenRun {
+  int b0, b1, seq, L;
+  int64_t p;
+};
+template <bool kSparse>
+__device__ __forceinline__ TokenRun token_run(const Params& a, int t, int32_t w0, int32_t w1) {
+  const int32_t c0 = a.cum[t];
+  TokenRun r;
+  r.b0 = max(w0, c0) - c0;
+  r.b1 = min(w1, a.cum[t + 1]) - c0;
+  r.seq = seq_of_token(a.qsl, a.n_seqs, t);
+  r.p = a.positions[t];
+  r.L = entries_of<kSparse>(a, r.p);
+  return r;
+}
+
+// The latent cache row of entry i of token t (sequence s, position p, L attended entries), or −1
+// for an entry not attended (i ≥ L, a −1 index, or past the position).
+template <bool kSparse>
+__device__ __forceinline__ int64_t attended_row(const Params& a, int t, int s, int64_t p, int L,
+                                                int i) {
+  int64_t j = -1;
+  if (i < L) j = kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
+  if (j < 0 || j > p) return -1;
+  return int64_t(a.block_table[int64_t(s) * a.max_blocks + j / a.block_size]) * a.block_size +
+         j % a.block_size;
+}
+
+// Q of token t, heads 64·g .. 64·g + 63, its first kUnits·8 columns as BF16 into the SW128 tile q
+// (rows past H zero), by the 256 consumer threads.
+template <typename Tq, int kUnits>
+__device__ __forceinline__ void stage_q(uint8_t* q, const Params& a, int t, int g) {
+  for (int u = int(threadIdx.x); u < kHeadsPerCta * kUnits; u += kConsumerThreads) {
+    const int hr = u / kUnits, cu = u % kUnits;
+    const int h = g * kHeadsPerCta + hr;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (h < a.H) {
+      const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
+      if constexpr (sizeof(Tq) == 4) {
+        const float4 x = reinterpret_cast<const float4*>(src)[0];
+        const float4 y = reinterpret_cast<const float4*>(src)[1];
+        v = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
+      } else {
+        v = *reinterpret_cast<const uint4*>(src);
+      }
+    }
+    hw::st_shared_16(
+        q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
+  }
+}
+
+// A token's row sums l0, l1 (rows r0, r1): this thread's part summed over its quad, then over the
+// two consumer warpgroups through row_sum [2][64] (named barrier `bar`, 256 threads). The caller
+// passes the barrier once more before row_sum is written again.
+__device__ __forceinline__ void sum_rows(float& l0, float& l1, float (*row_sum)[kHeadsPerCta],
+                                         int w, int r0, int r1, int bar) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  if ((threadIdx.x & 3) == 0) {
+    row_sum[w][r0] = l0;
+    row_sum[w][r1] = l1;
+  }
+  hw::named_barrier(bar, kConsumerThreads);
+  l0 += row_sum[w ^ 1][r0];
+  l1 += row_sum[w ^ 1][r1];
+}
+
+// Writes a token's output rows r0, r1 (this thread's columns of half w) normalised by their row
+// sums l (base-2 max m) and the lse: to out / lse when the token is finished inside this part,
+// else to its split slot for mla_combine_splits (base-2 lse there).
 template <typename To>
 __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128], int t, int part,
                                           int32_t c0, int32_t payload, int w, int r0, int r1,
-                                          int cq, int g, float inv0, float inv1, float lse0,
-                                          float lse1) {
+                                          int cq, int g, float l0, float l1, float m0, float m1) {
   const int lane = threadIdx.x & 31;
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
+  const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
   const int n_splits = mla_n_splits(a.cum, payload, t);
   const int h0 = g * kHeadsPerCta + r0, h1 = g * kHeadsPerCta + r1;
   if (n_splits == 1) {
@@ -228,13 +339,11 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
 template <typename Tq, typename To, bool kFp8, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Params a) {
   extern __shared__ uint8_t smem_raw[];
-  Smem& sm =
-      *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
   const int part = blockIdx.x, g = blockIdx.y;
-  const int32_t payload = *a.payload, total = a.cum[a.n_tokens];
-  const int32_t w0 = part * payload, w1 = min(w0 + payload, total);
-  if (w0 >= w1) return;  // the whole CTA: no barrier was used yet
+  int32_t payload, w0, w1;
+  if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&sm.full[s], kProducerThreads);
@@ -251,22 +360,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     const int pt = tid - kConsumerThreads, r = pt >> 1, half = pt & 1;
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
-      const int32_t c0 = a.cum[t];
-      const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
-      const int s = seq_of_token(a.qsl, a.n_seqs, t);
-      const int64_t p = a.positions[t];
-      const int L = entries_of<kSparse>(a, p);
+      const TokenRun run = token_run<kSparse>(a, t, w0, w1);
+      const int b0 = run.b0, b1 = run.b1, s = run.seq, L = run.L;
+      const int64_t p = run.p;
       for (int b = b0; b < b1; ++b, ++it) {
         const int stage = it % kStages;
         hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-        const int i = b * kBlockN + r;
-        int64_t j = -1;
-        if (i < L) j = kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
-        int64_t row = -1;
-        if (j >= 0 && j <= p)
-          row =
-              int64_t(a.block_table[int64_t(s) * a.max_blocks + j / a.block_size]) * a.block_size +
-              j % a.block_size;
+        const int64_t row = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r);
         if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
         load_row_half<kFp8>(sm.kv[stage], a, r, half, row);
         hw::cp_async_wait_all();  // BF16 rows, or the FP8 rows' rope part
@@ -287,24 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     const int32_t c0 = a.cum[t];
     const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
 
-    // Stage Q [64 heads × 576] as BF16 (rows past H zero).
-    for (int u = tid; u < kHeadsPerCta * (kWidth / 8); u += kConsumerThreads) {
-      const int hr = u / (kWidth / 8), cu = u % (kWidth / 8);
-      const int h = g * kHeadsPerCta + hr;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (h < a.H) {
-        const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
-        if constexpr (sizeof(Tq) == 4) {
-          const float4 x = reinterpret_cast<const float4*>(src)[0];
-          const float4 y = reinterpret_cast<const float4*>(src)[1];
-          v = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
-        } else {
-          v = *reinterpret_cast<const uint4*>(src);
-        }
-      }
-      hw::st_shared_16(
-          sm.q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
-    }
+    stage_q<Tq, kWidth / 8>(sm.q, a, t, g);  // Q [64 heads × 576]
     hw::fence_proxy_async();
     hw::named_barrier(kBarQ, kConsumerThreads);
 
@@ -342,21 +425,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       for (int i = 0; i < 16; ++i) sc[i] += sc2[i];
 
       // Mask and scale; row maxima of this half, then of both halves.
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int key = 32 * w + 8 * (i >> 2) + cq + (i & 1);
-        sc[i] = sm.valid[stage][key] ? sc[i] * a.scale_log2 : -INFINITY;
-        if (i & 2)
-          mx1 = fmaxf(mx1, sc[i]);
-        else
-          mx0 = fmaxf(mx0, sc[i]);
-      }
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-      }
+      float mx0, mx1;
+      mask_max(sc, sm.valid[stage] + 32 * w, a.scale_log2, cq, mx0, mx1);
       if ((lane & 3) == 0) {
         sm.row_max[par][w][r0] = mx0;
         sm.row_max[par][w][r1] = mx1;
@@ -408,23 +478,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     }
 
     // Epilogue: full row sums (4 lanes, then both halves), normalise, write.
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    if ((lane & 3) == 0) {
-      sm.row_sum[w][r0] = l0;
-      sm.row_sum[w][r1] = l1;
-    }
-    hw::named_barrier(kBarSum, kConsumerThreads);
-    l0 += sm.row_sum[w ^ 1][r0];
-    l1 += sm.row_sum[w ^ 1][r1];
+    sum_rows(l0, l1, sm.row_sum, w, r0, r1, kBarSum);
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum free for the next token
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
-    const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
-    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, inv0, inv1, lse0, lse1);
+    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
 }
 
@@ -563,26 +619,6 @@ __device__ __forceinline__ void store_p(uint8_t* dst, const float (&s)[32], int 
   }
 }
 
-// Masks S (invalid keys → −∞), scales to base 2 and returns the row maxima of rows r0 / r0 + 8.
-__device__ __forceinline__ void mask_max(float (&s)[32], const uint8_t* valid, float scale_log2,
-                                         int cq, float& mx0, float& mx1) {
-  mx0 = -INFINITY;
-  mx1 = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int key = 8 * (i >> 2) + cq + (i & 1);
-    s[i] = valid[key] ? s[i] * scale_log2 : -INFINITY;
-    if (i & 2)
-      mx1 = fmaxf(mx1, s[i]);
-    else
-      mx0 = fmaxf(mx0, s[i]);
-  }
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-  }
-}
 // P = 2^(S − ref) in place; returns this thread's part of the row sums.
 __device__ __forceinline__ void exp_rows(float (&s)[32], float ref0, float ref1, float& s0,
                                          float& s1) {
@@ -600,6 +636,45 @@ __device__ __forceinline__ void exp_rows(float (&s)[32], float ref0, float ref1,
 __device__ __forceinline__ void scale_o(float (&o)[128], float f0, float f1) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? f1 : f0;
+}
+
+// S = Q · Kᵀ over the tile in `stage` (phase ph), half by half as its halves land, then masked,
+// scaled to base 2, and the row maxima of rows r0 / r0 + 8 (mask_max).
+__device__ __forceinline__ void score_tile(float (&s)[32], Smem& sm, int stage, uint32_t ph,
+                                           const uint32_t (&rq)[4][4], float scale_log2, int cq,
+                                           float& mx0, float& mx1) {
+  hw::mbar_wait(&sm.full_l[stage], ph);
+  hw::fence_proxy_async();
+  hw::wgmma_fence();
+  qk_half<true>(s, sm.q, sm.kv[stage], rq);
+  hw::mbar_wait(&sm.full_r[stage], ph);
+  hw::fence_proxy_async();
+  qk_half<false>(s, sm.q, sm.kv[stage], rq);
+  hw::wgmma_commit();
+  hw::wgmma_wait<0>();
+  hw::fence_regs(s);
+  mask_max(s, sm.valid[stage], scale_log2, cq, mx0, mx1);
+}
+
+// The running max of rows r0, r0 + 8 raised by this tile's maxima: m_new = max(m, mx) written
+// back, with the factor 2^(m_old − m_new) for the old terms into `scale` (the quad's first lane
+// writes); ref = m_new, or 0 where it is −∞ (no key yet: then the factors and P are 0, not NaN).
+__device__ __forceinline__ void raise_max(Smem& sm, float* scale, int r0, float mx0, float mx1,
+                                          float& ref0, float& ref1, float& f0, float& f1) {
+  const int r1 = r0 + 8;
+  const float old0 = sm.m[r0], old1 = sm.m[r1];
+  const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
+  ref0 = n0 == -INFINITY ? 0.0f : n0;
+  ref1 = n1 == -INFINITY ? 0.0f : n1;
+  f0 = exp2f(old0 - ref0);
+  f1 = exp2f(old1 - ref1);
+  __syncwarp();  // every lane has read m before the quad's first lane writes it
+  if ((threadIdx.x & 3) == 0) {
+    sm.m[r0] = n0;
+    sm.m[r1] = n1;
+    scale[r0] = f0;
+    scale[r1] = f1;
+  }
 }
 
 // Q's rope chunk (columns 512–575) of heads g·64 + r0 and + 8 as the BF16 A fragments of its 4 K
@@ -629,13 +704,11 @@ __device__ __forceinline__ void load_q_rope(const Params& a, int t, int g, int r
 template <typename Tq, typename To, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Params a) {
   extern __shared__ uint8_t smem_raw[];
-  Smem& sm =
-      *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
   const int part = blockIdx.x, g = blockIdx.y;
-  const int32_t payload = *a.payload, total = a.cum[a.n_tokens];
-  const int32_t w0 = part * payload, w1 = min(w0 + payload, total);
-  if (w0 >= w1) return;  // the whole CTA: no barrier was used yet
+  int32_t payload, w0, w1;
+  if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       hw::mbar_init(&sm.full_l[s], kProducerThreads);
@@ -656,25 +729,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
     const int pt = tid - kConsumerThreads, r = pt >> 1, hh = pt & 1;
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
-      const int32_t c0 = a.cum[t];
-      const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
-      const int s = seq_of_token(a.qsl, a.n_seqs, t);
-      const int64_t p = a.positions[t];
-      const int L = entries_of<kSparse>(a, p);
+      const TokenRun run = token_run<kSparse>(a, t, w0, w1);
+      const int b0 = run.b0, b1 = run.b1, s = run.seq, L = run.L;
+      const int64_t p = run.p;
       // An odd run gets one more tile with no attended key (zero-filled, all invalid), so the
       // consumers always take whole pairs: no wgmma on a data-dependent path.
       const int b_end = b0 + ((b1 - b0 + 1) & ~1);
       for (int b = b0; b < b_end; ++b, ++it) {
         const int stage = it & 1;
         const uint32_t ph = uint32_t(it >> 1) & 1u;
-        const int i = b * kBlockN + r;
-        int64_t j = -1;
-        if (b < b1 && i < L) j = kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
-        int64_t row = -1;
-        if (j >= 0 && j <= p)
-          row =
-              int64_t(a.block_table[int64_t(s) * a.max_blocks + j / a.block_size]) * a.block_size +
-              j % a.block_size;
+        const int64_t row = b < b1 ? attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r) : -1;
         hw::mbar_wait(&sm.empty_l[stage], ph ^ 1u);
         if (hh == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
         load_half<false>(sm.kv[stage], a, r, hh, row, &sm.full_l[stage]);
@@ -697,25 +761,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
     const int32_t c0 = a.cum[t];
     const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
 
-    // Q chunks 0–7 [64 heads × 512] as BF16 into shared memory (rows past H zero); m = −∞.
-    for (int u = tid; u < kHeadsPerCta * (kLat / 8); u += kConsumerThreads) {
-      const int hr = u / (kLat / 8), cu = u % (kLat / 8);
-      const int h = g * kHeadsPerCta + hr;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (h < a.H) {
-        const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
-        if constexpr (sizeof(Tq) == 4) {
-          const float4 x = reinterpret_cast<const float4*>(src)[0];
-          const float4 y = reinterpret_cast<const float4*>(src)[1];
-          v = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
-        } else {
-          v = *reinterpret_cast<const uint4*>(src);
-        }
-      }
-      hw::st_shared_16(
-          sm.q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
-    }
-    uint32_t rq[4][4];  // Q's rope chunk, kept in registers for the token
+    stage_q<Tq, kLat / 8>(sm.q, a, t, g);  // Q chunks 0–7 [64 heads × 512]; m = −∞ below
+    uint32_t rq[4][4];                     // Q's rope chunk, kept in registers for the token
     load_q_rope<Tq>(a, t, g, r0, cq, rq);
     if (tid < kHeadsPerCta) sm.m[tid] = -INFINITY;
     hw::fence_proxy_async();
@@ -733,29 +780,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
       uint32_t pk[4][4];
       if (w == 0) {
         // S_a = Q · K_aᵀ, half by half as they land.
-        hw::mbar_wait(&sm.full_l[sa], pha);
-        hw::fence_proxy_async();
-        hw::wgmma_fence();
-        qk_half<true>(s, sm.q, sm.kv[sa], rq);
-        hw::mbar_wait(&sm.full_r[sa], pha);
-        hw::fence_proxy_async();
-        qk_half<false>(s, sm.q, sm.kv[sa], rq);
-        hw::wgmma_commit();
-        hw::wgmma_wait<0>();
-        hw::fence_regs(s);
         float mx0, mx1;
-        mask_max(s, sm.valid[sa], a.scale_log2, cq, mx0, mx1);
-        const float old0 = sm.m[r0], old1 = sm.m[r1];
-        const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
-        const float ref0 = n0 == -INFINITY ? 0.0f : n0, ref1 = n1 == -INFINITY ? 0.0f : n1;
-        const float sc0_0 = exp2f(old0 - ref0), sc0_1 = exp2f(old1 - ref1);
-        __syncwarp();
-        if ((lane & 3) == 0) {
-          sm.m[r0] = n0;
-          sm.m[r1] = n1;
-          sm.scale0[r0] = sc0_0;
-          sm.scale0[r1] = sc0_1;
-        }
+        score_tile(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
+        float ref0, ref1, sc0_0, sc0_1;
+        raise_max(sm, sm.scale0, r0, mx0, mx1, ref0, ref1, sc0_0, sc0_1);
         hw::named_arrive(kBarScale0, kConsumerThreads);
         float e0, e1;
         exp_rows(s, ref0, ref1, e0, e1);
@@ -788,31 +816,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
         hw::fence_regs(o);
         hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
       } else {
-        hw::mbar_wait(&sm.full_l[sb], phb);
-        hw::fence_proxy_async();
-        hw::wgmma_fence();
-        qk_half<true>(s, sm.q, sm.kv[sb], rq);
-        hw::mbar_wait(&sm.full_r[sb], phb);
-        hw::fence_proxy_async();
-        qk_half<false>(s, sm.q, sm.kv[sb], rq);
-        hw::wgmma_commit();
-        hw::wgmma_wait<0>();
-        hw::fence_regs(s);
         float mx0, mx1;
-        mask_max(s, sm.valid[sb], a.scale_log2, cq, mx0, mx1);
+        score_tile(s, sm, sb, phb, rq, a.scale_log2, cq, mx0, mx1);
         hw::named_barrier(kBarScale0, kConsumerThreads);
         hw::fence_proxy_async();  // a's cp.async bytes (WG0 waited for them), read by wgmma here
-        const float old0 = sm.m[r0], old1 = sm.m[r1];
-        const float n0 = fmaxf(old0, mx0), n1 = fmaxf(old1, mx1);
-        const float ref0 = n0 == -INFINITY ? 0.0f : n0, ref1 = n1 == -INFINITY ? 0.0f : n1;
-        const float sc1_0 = exp2f(old0 - ref0), sc1_1 = exp2f(old1 - ref1);
-        __syncwarp();
-        if ((lane & 3) == 0) {
-          sm.m[r0] = n0;
-          sm.m[r1] = n1;
-          sm.scale1[r0] = sc1_0;
-          sm.scale1[r1] = sc1_1;
-        }
+        float ref0, ref1, sc1_0, sc1_1;
+        raise_max(sm, sm.scale1, r0, mx0, mx1, ref0, ref1, sc1_0, sc1_1);
         hw::named_arrive(kBarScale1, kConsumerThreads);
         const float f0 = sm.scale0[r0] * sc1_0, f1 = sm.scale0[r1] * sc1_1;
         float e0, e1;
@@ -840,24 +849,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
     }
 
     // Epilogue: full row sums (4 lanes, then both warpgroups), normalise, write.
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    if ((lane & 3) == 0) {
-      sm.row_sum[w][r0] = l0;
-      sm.row_sum[w][r1] = l1;
-    }
-    hw::named_barrier(kBarSum, kConsumerThreads);
-    l0 += sm.row_sum[w ^ 1][r0];
-    l1 += sm.row_sum[w ^ 1][r1];
+    sum_rows(l0, l1, sm.row_sum, w, r0, r1, kBarSum);
     const float m0 = sm.m[r0], m1 = sm.m[r1];
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum and m free for the next token
-    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
-    const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
-    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, inv0, inv1, lse0, lse1);
+    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
 }
 }  // namespace seesaw
