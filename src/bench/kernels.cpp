@@ -13,6 +13,7 @@
 #include "core/error.h"
 
 #ifdef OSPREY_WITH_CUDA
+#include "bench/decode_batch.h"
 #include "core/device_buffer.h"
 #include "ops/ceilings.h"
 #include "ops/cuda/mla/hooks.h"
@@ -88,34 +89,15 @@ std::vector<MlaShape> mla_shapes(bool quick) {
 }
 
 // Host metadata + its device copy for a shape, blocks shuffled over the cache.
-struct MlaInputs {
-  Buffer qsl, seq_lens, positions, block_table, topk;
-  DeviceBuffer d_qsl, d_seq_lens, d_positions, d_block_table, d_topk, cache, q;
-  AttentionMeta host, dev;
-  int64_t n_tokens = 0, n_blocks = 0;
+struct MlaInputs : DecodeBatch {
+  Buffer topk;
+  DeviceBuffer d_topk, cache, q;
   double flops = 0, bytes = 0;
 };
 
 MlaInputs make_inputs(const MlaShape& s, std::mt19937_64& rng, uint64_t seed) {
   MlaInputs in;
-  const int nb = (s.ctx + kBlock - 1) / kBlock;
-  in.n_blocks = int64_t(nb) * s.n_seqs;
-  in.n_tokens = int64_t(s.n_seqs) * s.s_q;
-  in.qsl = Buffer(DType::I32, {s.n_seqs + 1});
-  in.seq_lens = Buffer(DType::I32, {s.n_seqs});
-  in.positions = Buffer(DType::I32, {in.n_tokens});
-  in.block_table = Buffer(DType::I32, {s.n_seqs, nb});
-  std::vector<int32_t> phys(size_t(in.n_blocks));
-  std::iota(phys.begin(), phys.end(), 0);
-  std::shuffle(phys.begin(), phys.end(), rng);
-  for (int q = 0; q < s.n_seqs; ++q) {
-    in.qsl.ptr<int32_t>()[q] = q * s.s_q;
-    in.seq_lens.ptr<int32_t>()[q] = s.ctx;
-    for (int b = 0; b < nb; ++b)
-      in.block_table.ptr<int32_t>()[q * nb + b] = phys[size_t(q * nb + b)];
-    for (int i = 0; i < s.s_q; ++i) in.positions.ptr<int32_t>()[q * s.s_q + i] = s.ctx - s.s_q + i;
-  }
-  in.qsl.ptr<int32_t>()[s.n_seqs] = int32_t(in.n_tokens);
+  static_cast<DecodeBatch&>(in) = make_decode_batch(s.n_seqs, s.s_q, s.ctx, kBlock, rng);
   const int64_t token_bytes = s.fp8 ? ops::mla_fp8_token_bytes(kLora, kRope) : kWidth * 2;
   if (s.sparse) {
     // Per token: min(2048, p + 1) distinct positions ≤ p in random order, then −1.
@@ -146,15 +128,7 @@ MlaInputs make_inputs(const MlaShape& s, std::mt19937_64& rng, uint64_t seed) {
     in.bytes += L * double(token_bytes);
   }
   in.bytes += double(in.n_tokens) * kHeads * double(kWidth + kLora) * 2;  // q + out, BF16
-  in.host = AttentionMeta{s.n_seqs,     int(in.n_tokens), kBlock, in.qsl, in.seq_lens,
-                          in.positions, in.block_table,   {},     {}};
-  in.d_qsl = cuda::to_device(in.qsl);
-  in.d_seq_lens = cuda::to_device(in.seq_lens);
-  in.d_positions = cuda::to_device(in.positions);
-  in.d_block_table = cuda::to_device(in.block_table);
   if (s.sparse) in.d_topk = cuda::to_device(in.topk);
-  in.dev = AttentionMeta{s.n_seqs,       int(in.n_tokens), kBlock, in.d_qsl, in.d_seq_lens,
-                         in.d_positions, in.d_block_table, {},     {}};
   in.dev.fingerprint = attention_fingerprint(in.host, s.sparse ? kTopk : INT32_MAX);
   // Random cache rows (never time on zeros); FP8 rows quantised by the CUDA twin.
   const int64_t n_slots = in.n_blocks * kBlock;

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "bench/decode_batch.h"
 #include "bench/kernels_gemm.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
@@ -30,50 +31,19 @@ struct IndexerShape {
   int n_seqs, ctx, s_q;  // s_q new tokens a sequence, the last at position ctx − 1
 };
 
-struct IndexerInputs {
-  Buffer qsl, seq_lens, positions, block_table;
-  DeviceBuffer d_qsl, d_seq_lens, d_positions, d_block_table, d_req, cache, q, w, q8, w8, topk,
-      topk_old;
-  AttentionMeta host, dev;
-  int64_t n_tokens = 0, n_blocks = 0;
+struct IndexerInputs : DecodeBatch {
+  DeviceBuffer d_req, cache, q, w, q8, w8, topk, topk_old;
   double keys = 0;  // Σ attended keys over the tokens
 };
 
 IndexerInputs make_inputs(const IndexerShape& s, std::mt19937_64& rng, uint64_t seed) {
   IndexerInputs in;
-  const int nb = (s.ctx + kBlock - 1) / kBlock;
-  in.n_blocks = int64_t(nb) * s.n_seqs;
-  in.n_tokens = int64_t(s.n_seqs) * s.s_q;
-  in.qsl = Buffer(DType::I32, {s.n_seqs + 1});
-  in.seq_lens = Buffer(DType::I32, {s.n_seqs});
-  in.positions = Buffer(DType::I32, {in.n_tokens});
-  in.block_table = Buffer(DType::I32, {s.n_seqs, nb});
-  std::vector<int32_t> phys(size_t(in.n_blocks));
-  std::iota(phys.begin(), phys.end(), 0);
-  std::shuffle(phys.begin(), phys.end(), rng);
-  for (int q = 0; q < s.n_seqs; ++q) {
-    in.qsl.ptr<int32_t>()[q] = q * s.s_q;
-    in.seq_lens.ptr<int32_t>()[q] = s.ctx;
-    for (int b = 0; b < nb; ++b)
-      in.block_table.ptr<int32_t>()[q * nb + b] = phys[size_t(q * nb + b)];
-    for (int i = 0; i < s.s_q; ++i) {
-      const int p = s.ctx - s.s_q + i;
-      in.positions.ptr<int32_t>()[q * s.s_q + i] = p;
-      in.keys += double(p + 1);
-    }
-  }
-  in.qsl.ptr<int32_t>()[s.n_seqs] = int32_t(in.n_tokens);
-  in.host = AttentionMeta{s.n_seqs,     int(in.n_tokens), kBlock, in.qsl, in.seq_lens,
-                          in.positions, in.block_table,   {},     {}};
-  in.d_qsl = cuda::to_device(in.qsl);
-  in.d_seq_lens = cuda::to_device(in.seq_lens);
-  in.d_positions = cuda::to_device(in.positions);
-  in.d_block_table = cuda::to_device(in.block_table);
+  static_cast<DecodeBatch&>(in) = make_decode_batch(s.n_seqs, s.s_q, s.ctx, kBlock, rng);
+  for (int64_t t = 0; t < in.n_tokens; ++t) in.keys += double(in.positions.ptr<int32_t>()[t] + 1);
   Buffer req(DType::I32, {in.n_tokens});  // the engine's req_id_per_token
   for (int64_t t = 0; t < in.n_tokens; ++t) req.ptr<int32_t>()[t] = int32_t(t / s.s_q);
   in.d_req = cuda::to_device(req);
-  in.dev = AttentionMeta{s.n_seqs,       int(in.n_tokens), kBlock, in.d_qsl, in.d_seq_lens,
-                         in.d_positions, in.d_block_table, {},     in.d_req};
+  in.dev.req_id_per_token = in.d_req;
   // Random keys (never time on zeros), quantised into the FP8 cache by the CUDA twin.
   const int64_t n_slots = in.n_blocks * kBlock;
   in.cache = DeviceBuffer(DType::U8, {in.n_blocks, kBlock * ops::indexer_fp8_token_bytes(kID)});
