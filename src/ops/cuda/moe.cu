@@ -241,19 +241,29 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
                                cudaMemcpyHostToDevice));
   return t.dev;
 }
+// moe_permute's outputs in one index allocation: perm [rows] | inv [rows] | offsets [E + 1] | pad |
+// tiles [max_tiles] (16-byte aligned).
+struct MoeIndex {
+  int32_t* perm;     // [rows] sorted row → t·K + slot
+  int32_t* inv;      // [rows] t·K + slot → sorted row
+  int32_t* offsets;  // [E + 1]
+  MoeTile* tiles;    // [max_tiles]
+};
+MoeIndex moe_index_scratch(int64_t rows, int64_t E, int64_t max_tiles) {
+  const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles
+  auto* index = static_cast<int32_t*>(
+      scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
+  return {index, index + rows, index + 2 * rows, reinterpret_cast<MoeTile*>(index + tiles_at)};
+}
 // The FP8 decode path of moe_experts (see the header): same permutation contract with 16-row
 // tiles, the swap-AB kernels, the same combine.
 void moe_experts_fp8_decode(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                             const MoeExpertPtrs* table, int64_t E, int64_t D, int64_t I) {
   const int64_t n = x.size(0), K = topk_ids.size(1), rows = n * K;
   const int64_t max_tiles = moe_max_tiles(rows, E, kSwapAbMoeTileRows);
-  const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles
-  auto* index = static_cast<int32_t*>(
-      scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
-  int32_t* perm = index;                                       // [rows] sorted row → t·K + slot
-  int32_t* inv = index + rows;                                 // [rows] t·K + slot → sorted row
-  int32_t* offsets = index + 2 * rows;                         // [E + 1]
-  auto* tiles = reinterpret_cast<MoeTile*>(index + tiles_at);  // [max_tiles]
+  const MoeIndex ix = moe_index_scratch(rows, E, max_tiles);
+  int32_t *perm = ix.perm, *inv = ix.inv, *offsets = ix.offsets;
+  MoeTile* tiles = ix.tiles;
   const int64_t dg = D / kFp8BlockSize, ig = I / kFp8BlockSize;
   const size_t x8_bytes = size_t(n * D + 15) / 16 * 16;
   auto* x8 = static_cast<uint8_t*>(
@@ -331,14 +341,9 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
     return;
   }
   const int64_t max_tiles = moe_max_tiles(rows, E);
-  // One index allocation: perm [rows] | inv [rows] | offsets [E + 1] | pad | tiles [max_tiles].
-  const int64_t tiles_at = (2 * rows + E + 1 + 3) / 4 * 4;  // in int32: 16-byte aligned tiles
-  auto* index = static_cast<int32_t*>(
-      scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
-  int32_t* perm = index;                                       // [rows] sorted row → t·K + slot
-  int32_t* inv = index + rows;                                 // [rows] t·K + slot → sorted row
-  int32_t* offsets = index + 2 * rows;                         // [E + 1]
-  auto* tiles = reinterpret_cast<MoeTile*>(index + tiles_at);  // [max_tiles]
+  const MoeIndex ix = moe_index_scratch(rows, E, max_tiles);
+  int32_t *perm = ix.perm, *inv = ix.inv, *offsets = ix.offsets;
+  MoeTile* tiles = ix.tiles;
   void* h = scratch(kScratchMoeHidden, size_t(rows * I) * sizeof(bf16));  // [rows, I] BF16
   auto* y =
       static_cast<float*>(scratch(kScratchMoeY, size_t(rows * D) * sizeof(float)));  // [rows, D]

@@ -566,43 +566,45 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
   }
 }
 
+namespace {
+// The grouped (MoE) launches' common parameters: the tile schedule of moe_permute, the experts'
+// weights, the input x8 [rows, K] e4m3 with its scales xs, N output columns (N, K multiples of
+// 128).
+Params moe_params(const MoeTile* tiles, const MoeExpertPtrs* experts, const uint8_t* x8,
+                  const float* xs, int64_t N, int64_t K) {
+  OSPREY_CHECK(N % kGroup == 0 && K % kGroup == 0, "fp8_swapab_moe: N ", N, ", K ", K,
+               " are not multiples of 128");
+  Params p{};
+  p.experts = experts;
+  p.tiles = tiles;
+  p.x8 = x8;
+  p.xs = xs;
+  p.N = N;
+  p.K = K;
+  p.splits = 1;
+  return p;
+}
+}  // namespace
+
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
                                    const MoeTile* tiles, int max_tiles,
                                    const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
                                    int64_t D, int64_t I) {
-  OSPREY_CHECK(D % kGroup == 0 && I % kGroup == 0, "fp8_swapab_moe: D ", D, ", I ", I,
-               " are not multiples of 128");
+  Params p = moe_params(tiles, experts, x8, xs, I, D);
   if (max_tiles == 0) return;
-  Params p{};
-  p.experts = experts;
-  p.tiles = tiles;
   p.perm = perm;
   p.top_k = top_k;
-  p.x8 = x8;
-  p.xs = xs;
-  p.N = I;
-  p.K = D;
   p.h8 = h8;
   p.hs = hs;
-  p.splits = 1;
   static_assert(kSwapAbMoeTileRows == 16);
   launch<kSwapAbMoeTileRows, kGateUp, 1, float>(p, dim3(unsigned(I / kBM), unsigned(max_tiles), 1));
 }
 
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
                                 int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I) {
-  OSPREY_CHECK(D % kGroup == 0 && I % kGroup == 0, "fp8_swapab_moe: D ", D, ", I ", I,
-               " are not multiples of 128");
+  Params p = moe_params(tiles, experts, h8, hs, D, I);
   if (max_tiles == 0) return;
-  Params p{};
-  p.experts = experts;
-  p.tiles = tiles;
-  p.x8 = h8;
-  p.xs = hs;
-  p.N = D;
-  p.K = I;
   p.y = y;
-  p.splits = 1;
   launch<kSwapAbMoeTileRows, kDown, 2, float>(p, dim3(unsigned(D / kBM), unsigned(max_tiles), 1));
 }
 
