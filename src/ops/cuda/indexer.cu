@@ -47,6 +47,15 @@ __device__ __forceinline__ float q_f32<uint8_t>(uint8_t v) {
 }
 
 // indexer_quantize_q (ops/indexer.h): a warp per (t, h) row of ID values, bit-identical to the CPU.
+// indexer_fp8_scale (ops/indexer.h), bit for bit: max(amax, 1e-4) / 448 rounded up to a power of
+// two (q's rows and the key cache's tokens alike).
+__device__ __forceinline__ float fp8_scale(float amax) {
+  const float s0 = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);
+  uint32_t u = __float_as_uint(s0);
+  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
+  return __uint_as_float(u);
+}
+
 template <typename Tq>
 __global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __restrict__ w_out,
                                           const Tq* __restrict__ q, const float* __restrict__ w,
@@ -58,10 +67,7 @@ __global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __res
   float amax = 0.0f;
   for (int c = lane; c < id; c += 32) amax = fmaxf(amax, fabsf(to_f32(x[c])));
   amax = warp_max(amax);
-  const float s0 = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // indexer_fp8_scale
-  uint32_t u = __float_as_uint(s0);
-  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
-  const float s = __uint_as_float(u);
+  const float s = fp8_scale(amax);
   for (int c = lane; c < id; c += 32) q8[r * id + c] = f32_to_e4m3_dev(__fdiv_rn(to_f32(x[c]), s));
   if (lane == 0) w_out[r] = w[r] * s;
 }
@@ -110,11 +116,7 @@ __global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __
   __syncthreads();
   amax = 0.0f;
   for (int w = 0; w < int(blockDim.x >> 5); ++w) amax = fmaxf(amax, red[w]);
-  // indexer_fp8_scale (ops/indexer.h), bit for bit.
-  const float s0 = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);
-  uint32_t u = __float_as_uint(s0);
-  if (u & 0x7fffffu) u = (u & 0x7f800000u) + 0x800000u;
-  const float s = __uint_as_float(u);
+  const float s = fp8_scale(amax);
   const int64_t b = slots[t] / bs, o = slots[t] % bs;
   uint8_t* blk = cache + b * bs * int64_t(d + 4);
   for (int c = threadIdx.x; c < d; c += blockDim.x)
