@@ -50,6 +50,7 @@ struct LoopResult {
   int decode_steps = 0;                      // pure decode steps of all B (warm-up included)
   int timed = 0;
   int64_t engine_steps = 0;
+  int64_t worker_wakeups = 0;
   std::string error;
 };
 
@@ -114,6 +115,7 @@ LoopResult run_loop(const DeepseekModel& model, const EngineLoopOptions& o, cons
     ++r.timed;
   }
   r.engine_steps = e.stats().steps;
+  r.worker_wakeups = e.stats().async_worker_wakeups;
   if (r.error.empty() && r.timed < o.iters)
     r.error = "the requests ended after " + std::to_string(r.timed) + " measured decode steps";
   // Done: the requests are aborted (async: the step in flight is dropped, never emitted).
@@ -135,6 +137,7 @@ EngineLoopRow row_of(const LoopResult& r, int B, bool async) {
   x.async = async;
   x.measured_steps = r.timed;
   x.engine_steps = r.engine_steps;
+  x.worker_wakeups = r.worker_wakeups;
   x.host_s = median(r.host_s);
   x.idle_s = median(r.idle_s);
   x.busy_s = median(r.busy_s);
@@ -205,6 +208,10 @@ std::vector<EngineLoopRow> run_engine_loop(DeepseekModel& model, const EngineLoo
       }
       rows.push_back(std::move(row));
     }
+    if (async.error.empty())
+      std::printf("  async B=%d: %lld of %lld launches woke the executor's sleeping worker\n", B,
+                  static_cast<long long>(async.worker_wakeups),
+                  static_cast<long long>(async.engine_steps));
     if (!same && sync.error.empty() && async.error.empty())
       std::printf("engine loop: B=%d async scheduling changed the greedy tokens\n", B);
   }

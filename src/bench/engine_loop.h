@@ -34,8 +34,9 @@ struct EngineLoopOptions {
 struct EngineLoopRow {
   int batch = 0;
   bool async = false;
-  int measured_steps = 0;    // == iters when it worked
-  int64_t engine_steps = 0;  // every step the engine ran, prefill and mixed ones too
+  int measured_steps = 0;      // == iters when it worked
+  int64_t engine_steps = 0;    // every step the engine ran, prefill and mixed ones too
+  int64_t worker_wakeups = 0;  // async: launches that woke a sleeping worker (EngineStats)
   double host_s = 0, idle_s = 0, busy_s = 0, wall_per_step_s = 0;
   bool tokens_identical = true;  // async rows: the same tokens as the synchronous loop's
   std::string error;             // non-empty: nothing measured, and why
