@@ -9,18 +9,23 @@
 #                    V3.2-like model) at B = 1, 2, 3, 5, 8, 9, 13, 16; no memset / host node and
 #                    the per-layer kernel budget; the shrink-tail rule on the device metadata; the
 #                    engine's greedy tokens with --cuda-graph (sync and async) = eager.
-#   graph_ops        test_cuda_graph: the single-op budgets (its util was refactored).
+#   graph_ops        test_cuda_graph: the single-op budgets, and V3.2's cuBLASLt GEMMs at their real
+#                    widths (lm_head, router gate, weights_proj; FP8 past 32 tokens) at 1, 16, 64
+#                    tokens: no memset node (lt_matmul's choice of a memset-free candidate).
 #   fp8_gemm         test_cuda_fp8_gemm: the swap-AB twins, and ops::linears (one quantisation of
 #                    x for several FP8 linears) bit for bit against a linear() each.
 #   async_cuda       test_async_scheduling on cuda: overlapped = synchronous, incl. prompts in
-#                    chunks that sample no row (the staging of an empty logits_indices).
+#                    chunks that sample no row (the staging of an empty logits_indices); at most
+#                    one launch wakes a sleeping executor worker.
 #   goldens_gpu      test_goldens_gpu with the default BF16 router, and with OSPREY_ROUTER_BF16=0
 #                    (needs OSPREY_TEST_DATA=<checkout>/tests/data for carried binaries).
 #   bench_step       osprey bench step --preset dsv32 (dummy FP8, 5 layers) at B = 1, 16, 64,
 #                    context 5000, eager and --cuda-graph rows (+ the graph's node counts; any
-#                    memset node is printed with its size).
+#                    memset node is printed with its size and the kernels around it; cuBLASLt's
+#                    algorithm choices are counted).
 #   bench_loop       osprey bench step --engine-loop at B = 1, 64 (sync and async engine loops:
-#                    host time, idle gap, identical tokens).
+#                    host time, idle gap, identical tokens, worker wake-ups; B=64 decodes once its
+#                    64 prompts of 5000 tokens are in: ~160 chunked-prefill steps first).
 #   eval_eager / eval_graph   osprey eval --task arith on the bundled model on the GPU, without and
 #                    with --cuda-graph (batch 64, 1000 problems): the accuracy lines must agree.
 #   serve_graph      osprey serve --cuda-graph: health, 4 completions, /metrics.
@@ -53,6 +58,8 @@ if grep -q '^\[  SKIPPED' "$out/graph_step.log"; then
   echo "FAIL graph_step: skipped (no CUDA device seen)" | tee -a "$summary"
 fi
 step graph_ops "$(find_test test_cuda_graph)"
+grep -h '^GRAPH lm_head\|^GRAPH router gate\|^GRAPH indexer\|^GRAPH cuBLASLt\|^\[  FAILED' \
+  "$out/graph_ops.log" | tee -a "$summary"
 step fp8_gemm "$(find_test test_cuda_fp8_gemm)"
 step async_cuda "$(find_test test_async_scheduling)" --gtest_filter='*/cuda'
 grep -h '^\[  FAILED\|^\[  PASSED\|^\[  SKIPPED' "$out/async_cuda.log" | tee -a "$summary"
@@ -63,11 +70,11 @@ step goldens_gpu_router_f32 env OSPREY_ROUTER_BF16=0 \
 
 step bench_step "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
   --context 5000 --warmup 10 --iters 50 --cuda-graph
-grep -h '^graph B=\|^  memset node\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" |
+grep -h '^graph B=\|^  memset node\|^  cuBLASLt\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" |
   tee -a "$summary"
 step bench_loop "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,64 \
   --context 5000 --warmup 5 --iters 40 --engine-loop
-grep -h -A8 '^engine loop' "$out/bench_loop.log" | tee -a "$summary"
+grep -h -A12 '^engine loop' "$out/bench_loop.log" | tee -a "$summary"
 
 for mode in eager graph; do
   flag=(); [[ $mode == graph ]] && flag=(--cuda-graph)

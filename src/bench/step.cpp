@@ -17,6 +17,7 @@
 #include "core/device_buffer.h"
 #include "engine/cuda_graph_runner.h"
 #include "ops/ceilings.h"
+#include "ops/cuda/graph_hooks.h"
 #include "ops/tensor_ops.h"
 #endif
 
@@ -147,9 +148,16 @@ void run_step_benchmark(const StepOptions& o) {
         "captures)\n",
         B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
         static_cast<long long>(graphs.captures()));
-    for (const int64_t bytes : n.memset_bytes)
-      std::printf("  memset node of %lld bytes (a step should hold none)\n",
-                  static_cast<long long>(bytes));
+    for (size_t i = 0; i < n.memset_bytes.size(); ++i)
+      std::printf("  memset node of %lld bytes (a step should hold none), %s\n",
+                  static_cast<long long>(n.memset_bytes[i]),
+                  i < n.memset_neighbours.size() ? n.memset_neighbours[i].c_str() : "");
+    const ops::cuda::LtAlgoStats lt = ops::cuda::lt_algo_stats();
+    std::printf(
+        "  cuBLASLt so far: %lld GEMMs; %lld took a later heuristic choice than the first (which "
+        "held a memset node), %lld had no choice without one\n",
+        static_cast<long long>(lt.gemms), static_cast<long long>(lt.later_choice),
+        static_cast<long long>(lt.no_clean_choice));
     rows.push_back(
         {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
          decode_cost(c, fp8, B, o.context,

@@ -1,7 +1,11 @@
 #include "core/cuda_graph.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
+#include <cxxabi.h>
 
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -82,6 +86,71 @@ void CudaGraph::launch() const {
   if (e != cudaSuccess) fail("CUDA graph: cudaGraphLaunch: ", cudaGetErrorString(e));
 }
 
+namespace {
+// A driver entry point, reached through the runtime (the binary does not link libcuda).
+template <typename F>
+F driver_entry(const char* symbol, unsigned version) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(f);
+}
+
+// The name of the kernel a kernel node launches, demangled, without its parameter list; "" when
+// the node is no kernel or the driver names none. A node holds a CUfunction, or a CUkernel when
+// func is null (the runtime's context-independent loading).
+std::string kernel_name(cudaGraphNode_t node) {
+  static const auto get_params =
+      driver_entry<PFN_cuGraphKernelNodeGetParams_v12000>("cuGraphKernelNodeGetParams", 12000);
+  static const auto func_name = driver_entry<PFN_cuFuncGetName_v12030>("cuFuncGetName", 12030);
+  static const auto kern_name = driver_entry<PFN_cuKernelGetName_v12030>("cuKernelGetName", 12030);
+  cudaGraphNodeType t{};
+  if (cudaGraphNodeGetType(node, &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) return "";
+  CUDA_KERNEL_NODE_PARAMS_v2 p{};
+  if (!get_params || get_params(node, &p) != CUDA_SUCCESS) return "";
+  const char* name = nullptr;
+  if (p.func && func_name) {
+    if (func_name(&name, p.func) != CUDA_SUCCESS) name = nullptr;
+  } else if (p.kern && kern_name) {
+    if (kern_name(&name, p.kern) != CUDA_SUCCESS) name = nullptr;
+  }
+  if (!name) return "";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && d ? d : name;
+  std::free(d);
+  if (const size_t paren = out.find('('); paren != std::string::npos) out.resize(paren);
+  if (out.rfind("void ", 0) == 0) out.erase(0, 5);
+  return out;
+}
+
+// The kernels a node follows and precedes in the graph ("?" where none or unnamed).
+std::string neighbours(cudaGraphNode_t node) {
+  auto names = [](cudaGraphNode_t x, bool before) {
+    size_t n = 0;
+    const cudaError_t e = before ? cudaGraphNodeGetDependencies(x, nullptr, nullptr, &n)
+                                 : cudaGraphNodeGetDependentNodes(x, nullptr, nullptr, &n);
+    std::string out;
+    if (e != cudaSuccess || n == 0) return std::string("?");
+    std::vector<cudaGraphNode_t> v(n);
+    if ((before ? cudaGraphNodeGetDependencies(x, v.data(), nullptr, &n)
+                : cudaGraphNodeGetDependentNodes(x, v.data(), nullptr, &n)) != cudaSuccess)
+      return std::string("?");
+    for (cudaGraphNode_t y : v) {
+      const std::string k = kernel_name(y);
+      out += (out.empty() ? "" : ", ") + (k.empty() ? std::string("?") : k);
+    }
+    return out;
+  };
+  std::string s = "after " + names(node, true) + "; before " + names(node, false);
+  (void)cudaGetLastError();
+  return s;
+}
+}  // namespace
+
 GraphNodeCounts CudaGraph::nodes() const {
   GraphNodeCounts c;
   if (!graph_) return c;
@@ -103,6 +172,7 @@ GraphNodeCounts CudaGraph::nodes() const {
         c.memset_bytes.push_back(cudaGraphMemsetNodeGetParams(node, &p) == cudaSuccess
                                      ? int64_t(p.width) * int64_t(p.height) * int64_t(p.elementSize)
                                      : -1);
+        c.memset_neighbours.push_back(neighbours(node));
         break;
       }
       case cudaGraphNodeTypeMemcpy:

@@ -21,6 +21,10 @@ struct GraphNodeCounts {
   // Bytes each memset node fills, in node order (which buffer a stray memset clears: a GEMM's
   // output is rows × columns × dtype, a split-K counter array a few KB).
   std::vector<int64_t> memset_bytes;
+  // Per memset node, the kernels around it: "after <kernel>; before <kernel>" (demangled names;
+  // "?" where the driver names none): the op that issued it is the one before, or the library
+  // call whose kernel comes after (cuBLASLt zero-fills a counter before its GEMM kernel).
+  std::vector<std::string> memset_neighbours;
   int total() const { return kernels + memsets + memcpys + hosts + others; }
 };
 

@@ -396,6 +396,11 @@ std::vector<RequestOutput> Engine::step_async() {
   }
   auto t_resume = Clock::now();  // the host's part after the wait starts here
   const double build_seconds = seconds_between(t0, t_resume);
+  // The launch follows the wait for the step in flight: the worker stays awake for it (on CUDA,
+  // where its job ended once the kernels were queued and it would sleep through the device's step;
+  // its wake-up was the idle gap between steps). On the CPU the worker computes the step itself,
+  // and spinning through the engine's sampling would take a core from it.
+  if (next && in_flight_ && model_.device() == Device::CUDA) executor_.expect_launch();
   std::vector<SampleResult> results;
   if (in_flight_) {
     sample_launched(*in_flight_, &results);
@@ -582,6 +587,7 @@ EngineStats Engine::stats() const {
   s.kv_blocks_used = pool_.n_held();
   s.prefix_query_tokens = pool_.query_tokens;
   s.prefix_hit_tokens = pool_.hit_tokens;
+  s.async_worker_wakeups = executor_.sleeping_handovers();
   for (const auto& [id, l] : live_) s.num_preemptions += l.seq->num_preemptions;
   if (graphs_) {
     s.cuda_graph_replays = graphs_->replays();

@@ -140,6 +140,10 @@ struct EngineStats {
   // Async scheduling: tokens sampled for a sequence that had finished (a stop token or string, an
   // abort) after the step was launched; dropped, never emitted.
   int64_t async_discarded_tokens = 0;
+  // Async scheduling: steps whose launch found the executor's worker asleep (each paid a thread
+  // wake-up before the forward started; on CUDA the engine keeps the worker awake for the launch
+  // that follows the wait, so only the first launch after an idle engine should).
+  int64_t async_worker_wakeups = 0;
   // CUDA graphs (EngineConfig::cuda_graph): decode steps replayed, and graphs captured (a bucket's
   // first step, or after the memory a graph points at moved).
   int64_t cuda_graph_replays = 0;

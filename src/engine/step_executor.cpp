@@ -34,6 +34,46 @@ bool StepExecutor::spin_for(State want) const {
   return true;
 }
 
+bool StepExecutor::expecting() const {
+  const int64_t until = expect_until_.load();
+  return until != 0 && Clock::now().time_since_epoch().count() < until;
+}
+
+void StepExecutor::expect_launch() {
+  if (!worker_.joinable()) return;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(kExpectSeconds));
+  expect_until_.store(until.time_since_epoch().count());
+  // The worker either sees the deadline before it sleeps, or has said it sleeps (seq_cst order).
+  if (worker_sleeping_.load()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    cv_.notify_all();
+  }
+}
+
+bool StepExecutor::wait_for_job() {
+  for (;;) {
+    const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(kSpinSeconds));
+    while (state_.load() != kPosted) {
+      if (stop_.load()) return false;
+      if (Clock::now() >= until && !expecting()) break;
+      std::this_thread::yield();
+    }
+    if (state_.load() == kPosted) return true;
+    std::unique_lock<std::mutex> lk(mu_);
+    worker_sleeping_.store(true);
+    cv_.wait(lk, [&] { return stop_.load() || state_.load() == kPosted || expecting(); });
+    worker_sleeping_.store(false);
+    if (stop_.load()) return false;
+    if (state_.load() == kPosted) {
+      ++sleeping_handovers_;
+      return true;
+    }
+    // Woken by expect_launch(): spin for the launch.
+  }
+}
+
 void StepExecutor::launch(std::function<void()> job) {
   OSPREY_CHECK(!in_flight_, "a step is already in flight");
   in_flight_ = true;
@@ -48,6 +88,7 @@ void StepExecutor::launch(std::function<void()> job) {
     return;
   }
   job_ = std::move(job);
+  expect_until_.store(0);
   state_.store(kPosted);
   // The worker either sees kPosted before it sleeps, or has said it sleeps (seq_cst order).
   if (worker_sleeping_.load()) {
@@ -79,13 +120,7 @@ void StepExecutor::wait() {
 
 void StepExecutor::loop() {
   for (;;) {
-    if (!spin_for(kPosted)) {
-      std::unique_lock<std::mutex> lk(mu_);
-      worker_sleeping_.store(true);
-      cv_.wait(lk, [&] { return stop_.load() || state_.load() == kPosted; });
-      worker_sleeping_.store(false);
-      if (stop_.load()) return;
-    }
+    if (!wait_for_job()) return;
     std::function<void()> job = std::move(job_);
     job_ = nullptr;
     const Clock::time_point t0 = Clock::now();

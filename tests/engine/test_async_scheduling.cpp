@@ -168,7 +168,9 @@ class AsyncScheduling : public ::testing::TestWithParam<Device> {
     if (GetParam() == Device::CUDA && cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
 #endif
   }
-  Device device() const { return GetParam(); }
+  Device device() const {
+    return GetParam();
+  }
 };
 
 // Greedy and seeded requests (one with penalties, one with logprobs), arriving over the first
@@ -321,7 +323,8 @@ TEST_P(AsyncScheduling, LengthLimitsAreNotScheduledPastTheEnd) {
 }
 
 // The overlapped loop returns a step's outputs and record from the call after the one that
-// launched it; both loops record the host time before each launch and the device's idle gap.
+// launched it; both loops record the host time before each launch and the device's idle gap; on
+// CUDA the async loop's launches find the executor's worker awake.
 TEST_P(AsyncScheduling, StepsAreRecordedOneCallLaterWithHostTimeAndIdleGap) {
   const std::vector<int32_t> prompt = chat(questions()[2]);
   SamplingParams p = greedy(12);
@@ -361,6 +364,14 @@ TEST_P(AsyncScheduling, StepsAreRecordedOneCallLaterWithHostTimeAndIdleGap) {
     EXPECT_LT(host_sum, 1.0);
     EXPECT_EQ(e.stats().steps, 12);
     EXPECT_EQ(e.block_pool().n_held(), 0);
+    if (!async) {
+      EXPECT_EQ(e.stats().async_worker_wakeups, 0) << "no worker";
+    }
+    // On CUDA the engine keeps the worker awake for each launch that follows a wait (its wake-up
+    // was the idle gap between steps): only the first launch, to an idle worker, may wake it.
+    if (async && device() == Device::CUDA) {
+      EXPECT_LE(e.stats().async_worker_wakeups, 1);
+    }
   }
 }
 

@@ -3,7 +3,11 @@
 //     moe_route reading them (model/moe_router.h, as DeepseekModel::ffn calls it) launch the
 //     GEMM's kernels + 1 and nothing else: no cast kernel, no memset, no copy;
 //   - the FP8 linear on cuBLASLt's block-scaled path with a token count that needs padding (37):
-//     no memset node (the quantisation kernel writes the padding itself).
+//     no memset node (the quantisation kernel writes the padding itself);
+//   - every cuBLASLt GEMM of a DeepSeek-V3.2 decode step at its real widths (lm_head, router gate,
+//     the indexer's weights_proj; the FP8 projections past the swap-AB kernel's 32 tokens) at
+//     1, 16 and 64 tokens: kernel nodes only (lt_matmul takes the first heuristic candidate that
+//     holds no memset: the dsv32 decode graphs at B=1 and B=16 held a 4-byte one).
 // Each graph is replayed and must give the eager call's result bit for bit, and the CPU twin's.
 // Skips without a GPU.
 #include <gtest/gtest.h>
@@ -14,6 +18,7 @@
 #include "cuda_graph_util.h"
 #include "cuda_test_util.h"
 #include "model/moe_router.h"
+#include "ops/cuda/graph_hooks.h"
 #include "ops/gemm.h"
 #include "ops/moe.h"
 #include "ops/tensor_ops.h"
@@ -218,6 +223,77 @@ TEST(CudaGraph, Fp8LinearPaddingHasNoMemset) {
       EXPECT_TRUE(same_bytes(cuda::to_host(y), eager));
     }
   ops::cuda::set_fp8_swapab(true);
+}
+
+// The GEMMs of a V3.2 decode step that cuBLASLt runs, at the model's own widths (D 7168, V 129280),
+// as the model calls them (x F32; y F32, the router's logits BF16): each captures as kernel nodes
+// only, and the replay is the eager result bit for bit. The bench's dsv32 decode graphs at B=1 and
+// B=16 held one 4-byte memset node (B=64 none) that none of osprey's own ops issues.
+TEST(CudaGraph, Dsv32CublasLtGemmsHoldNoMemset) {
+  OSPREY_REQUIRE_GPU();
+  struct Gemm {
+    const char* what;
+    int64_t out, in;
+    DType w, y;
+    std::vector<int64_t> tokens;
+  };
+  const std::vector<int64_t> decode = {1, 16, 64};
+  const Gemm gemms[] = {
+      {"lm_head", 129280, 7168, DType::BF16, DType::F32, decode},
+      {"router gate", 256, 7168, DType::BF16, DType::BF16, decode},
+      {"indexer weights_proj", 64, 7168, DType::BF16, DType::F32, decode},
+      // FP8 past the swap-AB kernel's tokens: cuBLASLt's block-scaled GEMM.
+      {"q_a_proj", 1536, 7168, DType::F8_E4M3, DType::F32, {64}},
+      {"q_b_proj", 24576, 1536, DType::F8_E4M3, DType::F32, {64}},
+      {"o_proj", 7168, 16384, DType::F8_E4M3, DType::F32, {64}},
+      {"dense down_proj", 7168, 18432, DType::F8_E4M3, DType::F32, {64}},
+  };
+  const ops::cuda::LtAlgoStats before = ops::cuda::lt_algo_stats();
+  uint64_t seed = 1;
+  for (const Gemm& gm : gemms) {
+    DeviceBuffer w(gm.w, {gm.out, gm.in});
+    ops::cuda::fill_uniform(w, seed++, -0.05f, 0.05f);
+    DeviceBuffer scale;
+    if (gm.w == DType::F8_E4M3) {
+      scale = DeviceBuffer(DType::F32, {(gm.out + 127) / 128, (gm.in + 127) / 128});
+      ops::cuda::fill_uniform(scale, seed++, 0.5e-3f, 2e-3f);
+    }
+    const LinearWeight lw{w, scale.view()};
+    for (int64_t n : gm.tokens) {
+      SCOPED_TRACE(strf("%s [%lld, %lld] at %lld tokens", gm.what, static_cast<long long>(gm.out),
+                        static_cast<long long>(gm.in), static_cast<long long>(n)));
+      DeviceBuffer x(DType::F32, {n, gm.in});
+      ops::cuda::fill_uniform(x, seed++, -1.0f, 1.0f);
+      DeviceBuffer y = poisoned(gm.y, {n, gm.out});
+      ops::linear(y, x, lw);  // eager: the algorithm choice, the scratch
+      if (gm.w == DType::F8_E4M3) {
+        ASSERT_STREQ(ops::cuda::last_fp8_gemm_path(), "cublasLt-fp8-blockscaled");
+      }
+      const Buffer eager = cuda::to_host(y);
+      CapturedGraph g;
+      g.capture([&] { ops::linear(y, x, lw); });
+      ASSERT_FALSE(HasFatalFailure());
+      const GraphNodes nodes = g.nodes();
+      std::printf("GRAPH %s [%lld, %lld] n=%lld: %s\n", gm.what, static_cast<long long>(gm.out),
+                  static_cast<long long>(gm.in), static_cast<long long>(n),
+                  nodes.summary().c_str());
+      EXPECT_EQ(nodes.memsets, 0) << nodes.summary();
+      EXPECT_EQ(nodes.memcpys + nodes.hosts + nodes.others, 0) << nodes.summary();
+      EXPECT_GE(nodes.kernels, 1) << nodes.summary();
+      cuda::fill_bytes(y, 0xff);
+      g.replay();
+      EXPECT_TRUE(same_bytes(cuda::to_host(y), eager)) << "replay differs from the eager call";
+    }
+  }
+  const ops::cuda::LtAlgoStats after = ops::cuda::lt_algo_stats();
+  std::printf(
+      "GRAPH cuBLASLt choices: %lld GEMMs, %lld took a later candidate than the heuristic's first "
+      "(a memset node in it), %lld had none without\n",
+      static_cast<long long>(after.gemms - before.gemms),
+      static_cast<long long>(after.later_choice - before.later_choice),
+      static_cast<long long>(after.no_clean_choice - before.no_clean_choice));
+  EXPECT_EQ(after.no_clean_choice, before.no_clean_choice);
+  EXPECT_EQ(after.unkept_in_capture, before.unkept_in_capture);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // bundled model (models/osprey-arith) and on random small DeepSeek-V3.2-like models that take the
 // sm90 kernels (latent 512 + 64, indexer 64 × 128, FP8 linears, 8-group routing):
 //   - replay logits == the padded eager warm-up's, bit for bit; real rows close to the unpadded
-//     eager step's; padding rows write no cache entry; batch sizes crossing bucket edges;
+//     eager step's; padding rows write no cache entry; batch sizes crossing bucket edges (1 to 16),
+//     no memset and no host node in any bucket's graph;
 //   - the captured step holds no memset and no host node, and a kernel budget per layer kind
 //     (dense, MoE, the DSA indexer's share), measured by differencing models of other depths;
 //   - the shrink-tail rule on the runner's device metadata;
@@ -153,6 +154,15 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
     cuda::fill_bytes(dl.view(), 0xff);
     ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // replay
     EXPECT_EQ(runner.replays(), 1);
+    // No memset and no host node in any bucket's graph (the budget test below counts at 4 tokens;
+    // the bench's dsv32 graphs at B=1 and B=16 once held a memset node that B=64's did not).
+    const cuda::CudaGraph* graph = runner.graph(Bp);
+    ASSERT_NE(graph, nullptr);
+    const cuda::GraphNodeCounts nodes = graph->nodes();
+    std::string around;
+    for (const std::string& s : nodes.memset_neighbours) around += "\n  memset " + s;
+    EXPECT_EQ(nodes.memsets, 0) << around;
+    EXPECT_EQ(nodes.hosts, 0);
     const Buffer replay = cuda::to_host(dl.view().rows(0, Bp));
     const CacheSnapshot s2 = snapshot(cache, c.has_indexer);
 

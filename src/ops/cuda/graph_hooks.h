@@ -1,5 +1,5 @@
 // What a CUDA graph runner (engine/cuda_graph_runner.h) must know about the CUDA twins' own device
-// state, in plain C++ (no CUDA types).
+// state, in plain C++ (no CUDA types), and what a bench reports of it.
 //
 // A captured graph holds raw device pointers: the scratch arena's slots (common.cuh), the split-KV
 // plan buffer (mla/split_kv.cu), the MoE expert tables (moe.cu) and the FP8 swap-AB split-K
@@ -22,5 +22,17 @@ void bump_device_memory_epoch();  // for the twins' growth sites
 // before each capture, so layer 0's plan kernel is a node of the graph); after a replay the cached
 // key no longer describes the buffer's contents, so the runner forgets it here too.
 void invalidate_mla_plan_cache();
+
+// cuBLASLt's algorithm choices (runtime.cu's lt_matmul: per GEMM, the first heuristic candidate
+// whose matmul captures as kernel nodes only, no memset).
+struct LtAlgoStats {
+  int64_t gemms = 0;              // distinct GEMMs chosen for (and kept)
+  int64_t later_choice = 0;       // of them, where the heuristic's first held a memset (or other)
+                                  // node and a later candidate was taken
+  int64_t no_clean_choice = 0;    // of them, where no candidate captured as kernels only (the
+                                  // heuristic's first is used: a memset node in any graph of it)
+  int64_t unkept_in_capture = 0;  // first seen inside a capture: the heuristic's first, unkept
+};
+LtAlgoStats lt_algo_stats();
 
 }  // namespace osprey::ops::cuda

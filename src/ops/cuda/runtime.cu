@@ -1,8 +1,11 @@
 // Runtime pieces shared by the CUDA twins: the scratch arena, the cuBLASLt handle and matmul
 // helper, and the F32 ↔ BF16 conversion kernel.
 //   convert: dst[i] = src[i], i < n; grid-stride, one element per thread per step.
+#include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "ops/cuda/common.cuh"
@@ -76,25 +79,113 @@ cublasLtHandle_t lt_handle() {
   return h;
 }
 
+namespace {
+// What lt_matmul's heuristic query depends on (the descriptors and the preference it builds from
+// these; pointers play no part): one algorithm choice per distinct GEMM.
+using LtKey = std::array<int64_t, 17>;
+struct LtChoice {
+  bool found = false;  // cuBLASLt has an algorithm for the combination
+  cublasLtMatmulAlgo_t algo{};
+};
+struct LtAlgoCache {
+  std::mutex mu;
+  std::map<LtKey, LtChoice> choices;
+  LtAlgoStats stats;
+};
+LtAlgoCache& lt_cache() {
+  static LtAlgoCache c;
+  return c;
+}
+
+// What `run` (one cublasLtMatmul on the stream it is given) records: captured, never run, into a
+// throwaway graph on a private stream of this thread. cuBLASLt issues its own cudaMemsetAsync for
+// some algorithms (zeroed counters or flags in the workspace, or a zero-filled output): 4 bytes in
+// the dsv32 decode graphs at B=1 and B=16 after the in-place split-K scheme was masked out, so a
+// reduction-scheme mask does not catch them all; the graph does.
+enum class Recorded {
+  KernelsOnly,
+  OtherNodes,  // a memset (or copy, host, ...) node among them
+  Failed       // the capture did not complete (a one-time set-up call of the library inside it?)
+};
+template <typename Run>
+Recorded record(const Run& run) {
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Recorded::Failed;
+  }
+  Recorded out = Recorded::Failed;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    const cublasStatus_t st = run(s);
+    cudaGraph_t g = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    size_t n = 0;
+    if (st == CUBLAS_STATUS_SUCCESS && e == cudaSuccess && g &&
+        cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess && n > 0) {
+      std::vector<cudaGraphNode_t> nodes(n);
+      if (cudaGraphGetNodes(g, nodes.data(), &n) == cudaSuccess) {
+        out = Recorded::KernelsOnly;
+        for (size_t i = 0; i < n; ++i) {
+          cudaGraphNodeType t{};
+          if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) {
+            out = Recorded::Failed;
+            break;
+          }
+          if (t != cudaGraphNodeTypeKernel) out = Recorded::OtherNodes;
+        }
+      }
+    }
+    if (g) cudaGraphDestroy(g);
+  }
+  // A refused capture leaves its (non-sticky) error behind: it is not the caller's op's.
+  if (out == Recorded::Failed) (void)cudaGetLastError();
+  cudaStreamDestroy(s);
+  return out;
+}
+
+// Whether this thread's ops are being captured now (or a capture elsewhere forbids the query).
+bool capturing() {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(), &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
+LtAlgoStats lt_algo_stats() {
+  LtAlgoCache& c = lt_cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
 bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOperand& b, void* d,
                cudaDataType_t d_type, int64_t ldd, int64_t d_batch_stride, int batch) {
-  // CUDA graphs: the descriptors and the heuristic query below are host-only calls (legal inside
-  // a capture; they run again at capture time and pick the same algorithm for the same shapes);
-  // the workspace is a fixed-size scratch slot allocated by the first (eager) call.
-  // Split-K: only the reduction schemes that write D once are allowed (partials in the workspace,
-  // reduced by a second kernel: COMPUTE_TYPE, OUTPUT_TYPE). The in-place scheme accumulates into
-  // D with counters in the workspace, so cuBLASLt zero-fills both first: a memset node in every
-  // captured step that takes it (the dsv32 decode graphs at B=1 and B=16 held one; skinny GEMMs
-  // with a long K, as the router's and the indexer's weights GEMMs at few tokens, are where the
-  // heuristic picks split-K). The output is overwritten anyway (beta = 0): the fill is waste.
-  constexpr uint32_t kReductionSchemes =
-      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-      CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  // CUDA graphs: the descriptors below are host-only calls (legal inside a capture); the workspace
+  // is a fixed-size scratch slot allocated by the first (eager) call.
+  // Split-K: only the reduction schemes that write D once are asked for (partials in the
+  // workspace, reduced by a second kernel: COMPUTE_TYPE, OUTPUT_TYPE). The in-place scheme
+  // accumulates into D with counters in the workspace, so cuBLASLt zero-fills both first: a
+  // memset node in every captured step that takes it. The output is overwritten anyway
+  // (beta = 0): the fill is waste.
+  // The algorithm: cuBLASLt's heuristic candidates in its order, the first whose matmul records
+  // as kernels only (no memset node: some algorithms zero a counter of their own, see record()),
+  // chosen once per GEMM on its first eager call and kept: the same algorithm eager and in every
+  // graph, and no heuristic query per call. If every candidate records other nodes, the
+  // heuristic's first (lt_algo_stats counts it). Inside a capture, a GEMM not seen eagerly before
+  // takes the heuristic's first, unkept (a graph runner runs each step eagerly before it captures
+  // it, so this does not happen there).
+  constexpr uint32_t kReductionSchemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+                                         CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                         CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
   constexpr size_t kWorkspaceBytes = 32u << 20;
+  // Heuristic candidates tried for a kernels-only capture: the heuristic's first few (its order is
+  // its estimate of speed; further down they get slower).
+  constexpr int kCandidates = 8;
   void* workspace = scratch(kScratchLtWorkspace, kWorkspaceBytes);
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   const cublasOperation_t ta = a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -137,27 +228,82 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
                "stride");
     }
   }
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
-           "pref ws");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                &kReductionSchemes, sizeof(kReductionSchemes)),
-           "pref reduction");
-  cublasLtMatmulHeuristicResult_t heur = {};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, la, lb, ld, ld, pref, 1, &heur, &found);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo, cudaStream_t s) {
+    return cublasLtMatmul(lt_handle(), op, &alpha, a.ptr, la, b.ptr, lb, &beta, d, ld, d, ld, &algo,
+                          workspace, kWorkspaceBytes, s);
+  };
+
+  const bool batched = batch > 1;  // the strides matter only then
+  const LtKey key{m,
+                  n,
+                  k,
+                  int64_t(a.type),
+                  int64_t(a.trans),
+                  a.ld,
+                  int64_t(a.scale_mode),
+                  int64_t(b.type),
+                  int64_t(b.trans),
+                  b.ld,
+                  int64_t(b.scale_mode),
+                  int64_t(d_type),
+                  ldd,
+                  int64_t(batch),
+                  batched ? a.batch_stride : 0,
+                  batched ? b.batch_stride : 0,
+                  batched ? d_batch_stride : 0};
+  LtAlgoCache& cache = lt_cache();
+  std::optional<LtChoice> choice;
+  {
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto it = cache.choices.find(key); it != cache.choices.end()) choice = it->second;
+  }
+  if (!choice) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
+             "pref ws");
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                  &kReductionSchemes, sizeof(kReductionSchemes)),
+             "pref reduction");
+    cublasLtMatmulHeuristicResult_t heur[kCandidates] = {};
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, la, lb, ld, ld, pref,
+                                                             kCandidates, heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    LtChoice c;
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+      c.found = true;
+      c.algo = heur[0].algo;
+    }
+    const bool keep = !c.found || !capturing();
+    int taken = 0;  // the candidate kept: its index, or −1 when none captures as kernels only
+    if (c.found && keep) {
+      taken = -1;
+      for (int i = 0; i < found && taken < 0; ++i) {
+        if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        auto run = [&](cudaStream_t s) { return matmul(heur[i].algo, s); };
+        Recorded rec = record(run);
+        if (rec == Recorded::Failed) rec = record(run);  // once more, past a one-time set-up
+        if (rec == Recorded::KernelsOnly) taken = i;
+      }
+      if (taken > 0) c.algo = heur[taken].algo;
+    }
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    if (keep && cache.choices.emplace(key, c).second) {
+      ++cache.stats.gemms;
+      cache.stats.later_choice += taken > 0;
+      cache.stats.no_clean_choice += taken < 0;
+    }
+    if (!keep) ++cache.stats.unkept_in_capture;
+    choice = c;
+  }
   bool ran = false;
-  if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
-    const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t s =
-        cublasLtMatmul(lt_handle(), op, &alpha, a.ptr, la, b.ptr, lb, &beta, d, ld, d, ld,
-                       &heur.algo, workspace, kWorkspaceBytes, stream());
-    check_lt(s, "matmul");
+  if (choice->found) {
+    check_lt(matmul(choice->algo, stream()), "matmul");
     ran = true;
   }
-  cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(la);
