@@ -87,23 +87,10 @@ b=$(grep -h '^accuracy' "$out/eval_graph.log" | awk '{print $2, $3}')
 if [[ -n $a && $a == "$b" ]]; then echo "PASS eval: same accuracy eager and graph ($a)" | tee -a "$summary"
 else echo "CHECK eval: eager '$a' vs graph '$b' (greedy: expected equal)" | tee -a "$summary"; fi
 
+# shellcheck source=serve_smoke.sh
+. "$(dirname "$0")/serve_smoke.sh"
 serve_check() {
-  local port=8241
-  "$osprey" serve --model "$model" --device cuda --port $port --cuda-graph > "$out/serve.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
-    sleep 1
-  done
-  local rc=0
-  for i in 1 2 3 4; do
-    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"prompt\": \"Ana has $i apples.\", \"max_tokens\": 32}" || rc=1
-    echo
-  done
-  curl -sf "http://127.0.0.1:$port/metrics" > "$out/metrics.txt" || rc=1
-  kill "$pid"; wait "$pid" 2>/dev/null
-  return $rc
+  serve_smoke "$osprey" "$model" 8241 "$out/serve.log" "$out/metrics.txt" --cuda-graph
 }
 step serve_graph serve_check
 cat "$summary"

@@ -46,23 +46,12 @@ if grep -q "SKIPPED" "$out/tokens_cuda.log"; then
   echo "FAIL tokens_cuda: skipped (no CUDA device seen)" | tee -a "$summary"
 fi
 
+# shellcheck source=serve_smoke.sh
+. "$(dirname "$0")/serve_smoke.sh"
 metrics_check() {
-  local port=8237
-  "$osprey" serve --model "$root/models/osprey-arith" --device cuda --port $port \
-    > "$out/serve.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
-    sleep 1
-  done
   local rc=0
-  for i in 1 2 3 4; do
-    curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-      -d "{\"prompt\": \"Ana has $i apples.\", \"max_tokens\": 32}" || rc=1
-    echo
-  done
-  curl -sf "http://127.0.0.1:$port/metrics" > "$out/metrics.txt" || rc=1
-  kill "$pid"; wait "$pid" 2>/dev/null
+  serve_smoke "$osprey" "$root/models/osprey-arith" 8237 "$out/serve.log" "$out/metrics.txt" ||
+    rc=1
   grep -E '^osprey_step_(host|device_idle)_seconds_(sum|count)' "$out/metrics.txt" || rc=1
   grep -q '^osprey_step_host_seconds_count{step_kind="decode"} [1-9]' "$out/metrics.txt" || rc=1
   return $rc
