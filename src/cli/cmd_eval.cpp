@@ -30,6 +30,7 @@
 #include "eval/boxes_task.h"
 #include "kv/kv_cache_dtype.h"
 #include "ops/gemm.h"
+#include "server/metrics.h"
 
 namespace osprey::cli {
 namespace {
@@ -255,12 +256,8 @@ void run(const Args& a) {
               s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
               (long long)s.invalid, secs);
   std::printf("failures: %s (%lld)\n", failures.c_str(), (long long)(s.n - s.correct));
-  const double acceptance =
-      stats.spec_draft_tokens ? double(stats.spec_accepted_tokens) / double(stats.spec_draft_tokens)
-                              : 0.0;
-  const double accepted_length =
-      stats.spec_verifies ? 1.0 + double(stats.spec_accepted_tokens) / double(stats.spec_verifies)
-                          : 0.0;
+  const double acceptance = server::spec_acceptance_rate(stats);
+  const double accepted_length = server::spec_mean_accepted_length(stats);
   if (spec.enabled())
     std::printf(
         "speculative (mtp, %d draft tokens): %lld drafts verified, %lld accepted: acceptance "

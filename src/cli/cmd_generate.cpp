@@ -12,6 +12,7 @@
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
 #include "model/greedy.h"
+#include "server/metrics.h"
 
 namespace osprey::cli {
 namespace {
@@ -31,16 +32,12 @@ struct Args {
 // The acceptance figures of a run with --speculative-config, to stderr.
 void print_spec_stats(const SpeculativeConfig& spec, const EngineStats& st) {
   if (!spec.enabled()) return;
-  std::fprintf(
-      stderr,
-      "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
-      "%.2f, %lld steps]\n",
-      spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
-      (long long)st.spec_draft_tokens,
-      st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens)
-                           : 0.0,
-      st.spec_verifies ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_verifies) : 0.0,
-      (long long)st.steps);
+  std::fprintf(stderr,
+               "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
+               "%.2f, %lld steps]\n",
+               spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
+               (long long)st.spec_draft_tokens, 100.0 * server::spec_acceptance_rate(st),
+               server::spec_mean_accepted_length(st), (long long)st.steps);
 }
 
 void run_tokens(const Args& a, const std::string& dir) {

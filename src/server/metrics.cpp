@@ -148,10 +148,10 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           double(s.spec_accepted_tokens));
   gauge("osprey_spec_decode_acceptance_rate", "Accepted / verified draft tokens (0 without any).",
-        s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0);
+        spec_acceptance_rate(s));
   gauge("osprey_spec_decode_mean_accepted_length",
         "Tokens a verify step emits per sequence: 1 + accepted / verifies (0 without any).",
-        s.spec_verifies ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verifies) : 0.0);
+        spec_mean_accepted_length(s));
   std::lock_guard<std::mutex> lk(mu_);
   o += "# HELP osprey_request_success_total Requests finished, by reason.\n# TYPE "
        "osprey_request_success_total counter\n";
@@ -211,6 +211,14 @@ std::string Metrics::render(const EngineStats& s) const {
           "First positions of the prompt chunks (tokens already cached), summed.",
           &StepFamily::prefill_start);
   return o;
+}
+
+double spec_acceptance_rate(const EngineStats& s) {
+  return s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0;
+}
+
+double spec_mean_accepted_length(const EngineStats& s) {
+  return s.spec_verifies ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verifies) : 0.0;
 }
 
 }  // namespace osprey::server
