@@ -20,6 +20,7 @@
 #include "bench/client.h"
 #include "bench/url.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_paths.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
@@ -80,7 +81,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   const int batch = task_batch(a);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
-  bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
+  bo.device = parse_device_flag(a.device);
   bo.parallel = a.parallel;
   ModelBundle b = load_model_bundle(dir, bo);
   if (serve_worker_ranks(b.group.get())) return {};
@@ -215,8 +216,7 @@ std::vector<eval::ArithProblem> task_problems(const Args& a) {
 }
 
 void run(const Args& a) {
-  if (a.device != "cpu" && a.device != "cuda")
-    fail("--device must be cpu or cuda, got '", a.device, "'");
+  parse_device_flag(a.device);  // fails early
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);  // fails early
   if (!a.server.empty() && spec.enabled())
@@ -356,10 +356,7 @@ void register_cmd(CLI::App& app) {
                 "negative control: attend the most recent index_topk positions, not the indexer's");
   sub->add_flag("--dense", a->dense,
                 "sparsity off: attend every causal position (index_topk above any sequence)");
-  sub->add_flag("--cuda-graph", a->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+  add_cuda_graph_flag(sub, a->cuda_graph);
   sub->callback([a] { run(*a); });
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_paths.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
@@ -44,8 +45,7 @@ void run_tokens(const Args& a, const std::string& dir) {
   std::unique_ptr<RankGroup> group;
   if (a.parallel.parallel()) group = std::make_unique<RankGroup>(dir, a.parallel);
   if (serve_worker_ranks(group.get())) return;
-  auto m = group ? group->take_leader()
-                 : load_model(dir, a.device == "cuda" ? Device::CUDA : Device::CPU);
+  auto m = group ? group->take_leader() : load_model(dir, parse_device_flag(a.device));
   m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);
@@ -137,9 +137,8 @@ void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
   if (a.tokens.empty() == a.prompt.empty())
     fail("generate needs exactly one of --prompt or --tokens");
-  if (a.device != "cpu" && a.device != "cuda")
-    fail("--device must be cpu or cuda, got '", a.device, "'");
-  if (a.device == "cuda" && (a.tokens.empty() || a.parallel.parallel()))
+  const Device device = parse_device_flag(a.device);
+  if (device == Device::CUDA && (a.tokens.empty() || a.parallel.parallel()))
     fail("--device cuda applies to --tokens on one GPU (serve runs text prompts on the GPU)");
   parse_kv_cache_dtype(a.kv_cache_dtype);  // a bad value fails before the model loads
   SpeculativeConfig::parse(a.speculative_config);
@@ -172,10 +171,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
-  sub->add_flag("--cuda-graph", args->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+  add_cuda_graph_flag(sub, args->cuda_graph);
   sub->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
                   "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");
