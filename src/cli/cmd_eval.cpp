@@ -22,6 +22,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/model_paths.h"
+#include "cli/offline_engine.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -113,11 +114,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
     prompts.push_back(b.encode_chat({{"user", p.question}}, tokenizer::ChatOptions{}));
     longest = std::max(longest, prompts.back().size());
   }
-  EngineConfig ec;
-  ec.max_num_seqs = batch;
-  ec.max_model_len =
-      int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
-  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * batch;
+  EngineConfig ec = offline_engine_config(c, batch, int64_t(longest), a.max_tokens);
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = a.cuda_graph;

@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/model_paths.h"
+#include "cli/offline_engine.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -55,11 +56,7 @@ void run_tokens(const Args& a, const std::string& dir) {
   if (spec.enabled() || a.cuda_graph) {
     // Through the engine (drafts verified by the model; decode steps as CUDA graph replays),
     // greedy like the plain path.
-    EngineConfig ec;
-    ec.max_num_seqs = 1;
-    ec.max_model_len = int(std::min<int64_t>(m->config().max_position_embeddings,
-                                             int64_t(ids.size()) + a.max_tokens + 1));
-    ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+    EngineConfig ec = offline_engine_config(m->config(), 1, int64_t(ids.size()), a.max_tokens);
     ec.speculative = spec;
     ec.cuda_graph = a.cuda_graph;
     Engine e(*m, ec);
@@ -108,11 +105,8 @@ void run_prompt(const Args& a, const std::string& dir) {
   p.max_tokens = a.max_tokens;
   p.ignore_eos = a.ignore_eos;
   if (a.seed >= 0) p.seed = uint64_t(a.seed);
-  EngineConfig ec;
-  ec.max_num_seqs = 1;
-  ec.max_model_len = int(std::min<int64_t>(b.model->config().max_position_embeddings,
-                                           int64_t(prompt.size()) + a.max_tokens + 1));
-  ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+  EngineConfig ec =
+      offline_engine_config(b.model->config(), 1, int64_t(prompt.size()), a.max_tokens);
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = a.cuda_graph;
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
