@@ -20,7 +20,9 @@
 #include "bench/client.h"
 #include "bench/url.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_paths.h"
+#include "cli/offline_engine.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -30,6 +32,7 @@
 #include "eval/boxes_task.h"
 #include "kv/kv_cache_dtype.h"
 #include "ops/gemm.h"
+#include "server/metrics.h"
 
 namespace osprey::cli {
 namespace {
@@ -79,7 +82,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   const int batch = task_batch(a);
   ModelBundleOptions bo;
   bo.chat_format = a.chat_format;
-  bo.device = a.device == "cuda" ? Device::CUDA : Device::CPU;
+  bo.device = parse_device_flag(a.device);
   bo.parallel = a.parallel;
   ModelBundle b = load_model_bundle(dir, bo);
   if (serve_worker_ranks(b.group.get())) return {};
@@ -111,11 +114,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
     prompts.push_back(b.encode_chat({{"user", p.question}}, tokenizer::ChatOptions{}));
     longest = std::max(longest, prompts.back().size());
   }
-  EngineConfig ec;
-  ec.max_num_seqs = batch;
-  ec.max_model_len =
-      int(std::min<int64_t>(c.max_position_embeddings, int64_t(longest) + a.max_tokens + 1));
-  ec.num_blocks = int64_t((ec.max_model_len + kBlockSize - 1) / kBlockSize) * batch;
+  EngineConfig ec = offline_engine_config(c, batch, int64_t(longest), a.max_tokens);
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = a.cuda_graph;
@@ -214,8 +213,7 @@ std::vector<eval::ArithProblem> task_problems(const Args& a) {
 }
 
 void run(const Args& a) {
-  if (a.device != "cpu" && a.device != "cuda")
-    fail("--device must be cpu or cuda, got '", a.device, "'");
+  parse_device_flag(a.device);  // fails early
   const KvCacheDtype kv_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);  // fails early
   if (!a.server.empty() && spec.enabled())
@@ -255,12 +253,8 @@ void run(const Args& a) {
               s.accuracy, (long long)s.correct, (long long)s.n, s.ci95.lo, s.ci95.hi,
               (long long)s.invalid, secs);
   std::printf("failures: %s (%lld)\n", failures.c_str(), (long long)(s.n - s.correct));
-  const double acceptance =
-      stats.spec_draft_tokens ? double(stats.spec_accepted_tokens) / double(stats.spec_draft_tokens)
-                              : 0.0;
-  const double accepted_length =
-      stats.spec_verifies ? 1.0 + double(stats.spec_accepted_tokens) / double(stats.spec_verifies)
-                          : 0.0;
+  const double acceptance = server::spec_acceptance_rate(stats);
+  const double accepted_length = server::spec_mean_accepted_length(stats);
   if (spec.enabled())
     std::printf(
         "speculative (mtp, %d draft tokens): %lld drafts verified, %lld accepted: acceptance "
@@ -359,10 +353,7 @@ void register_cmd(CLI::App& app) {
                 "negative control: attend the most recent index_topk positions, not the indexer's");
   sub->add_flag("--dense", a->dense,
                 "sparsity off: attend every causal position (index_topk above any sequence)");
-  sub->add_flag("--cuda-graph", a->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+  add_cuda_graph_flag(sub, a->cuda_graph);
   sub->callback([a] { run(*a); });
 }
 

@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_paths.h"
+#include "cli/offline_engine.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -12,6 +14,7 @@
 #include "engine/tokenizer_decoder.h"
 #include "kv/kv_cache_dtype.h"
 #include "model/greedy.h"
+#include "server/metrics.h"
 
 namespace osprey::cli {
 namespace {
@@ -31,24 +34,19 @@ struct Args {
 // The acceptance figures of a run with --speculative-config, to stderr.
 void print_spec_stats(const SpeculativeConfig& spec, const EngineStats& st) {
   if (!spec.enabled()) return;
-  std::fprintf(
-      stderr,
-      "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
-      "%.2f, %lld steps]\n",
-      spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
-      (long long)st.spec_draft_tokens,
-      st.spec_draft_tokens ? 100.0 * double(st.spec_accepted_tokens) / double(st.spec_draft_tokens)
-                           : 0.0,
-      st.spec_verifies ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_verifies) : 0.0,
-      (long long)st.steps);
+  std::fprintf(stderr,
+               "[mtp, %d draft tokens: %lld of %lld drafts accepted (%.1f%%), mean accepted length "
+               "%.2f, %lld steps]\n",
+               spec.num_speculative_tokens, (long long)st.spec_accepted_tokens,
+               (long long)st.spec_draft_tokens, 100.0 * server::spec_acceptance_rate(st),
+               server::spec_mean_accepted_length(st), (long long)st.steps);
 }
 
 void run_tokens(const Args& a, const std::string& dir) {
   std::unique_ptr<RankGroup> group;
   if (a.parallel.parallel()) group = std::make_unique<RankGroup>(dir, a.parallel);
   if (serve_worker_ranks(group.get())) return;
-  auto m = group ? group->take_leader()
-                 : load_model(dir, a.device == "cuda" ? Device::CUDA : Device::CPU);
+  auto m = group ? group->take_leader() : load_model(dir, parse_device_flag(a.device));
   m->set_kv_cache_dtype(parse_kv_cache_dtype(a.kv_cache_dtype));
   const std::vector<int32_t> ids = parse_token_ids(a.tokens, m->config().vocab_size);
   const SpeculativeConfig spec = SpeculativeConfig::parse(a.speculative_config);
@@ -58,11 +56,7 @@ void run_tokens(const Args& a, const std::string& dir) {
   if (spec.enabled() || a.cuda_graph) {
     // Through the engine (drafts verified by the model; decode steps as CUDA graph replays),
     // greedy like the plain path.
-    EngineConfig ec;
-    ec.max_num_seqs = 1;
-    ec.max_model_len = int(std::min<int64_t>(m->config().max_position_embeddings,
-                                             int64_t(ids.size()) + a.max_tokens + 1));
-    ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+    EngineConfig ec = offline_engine_config(m->config(), 1, int64_t(ids.size()), a.max_tokens);
     ec.speculative = spec;
     ec.cuda_graph = a.cuda_graph;
     Engine e(*m, ec);
@@ -111,11 +105,8 @@ void run_prompt(const Args& a, const std::string& dir) {
   p.max_tokens = a.max_tokens;
   p.ignore_eos = a.ignore_eos;
   if (a.seed >= 0) p.seed = uint64_t(a.seed);
-  EngineConfig ec;
-  ec.max_num_seqs = 1;
-  ec.max_model_len = int(std::min<int64_t>(b.model->config().max_position_embeddings,
-                                           int64_t(prompt.size()) + a.max_tokens + 1));
-  ec.num_blocks = (ec.max_model_len + kBlockSize - 1) / kBlockSize;
+  EngineConfig ec =
+      offline_engine_config(b.model->config(), 1, int64_t(prompt.size()), a.max_tokens);
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = a.cuda_graph;
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
@@ -140,9 +131,8 @@ void run(const Args& a) {
   if (a.max_tokens < 1) fail("--max-tokens must be at least 1");
   if (a.tokens.empty() == a.prompt.empty())
     fail("generate needs exactly one of --prompt or --tokens");
-  if (a.device != "cpu" && a.device != "cuda")
-    fail("--device must be cpu or cuda, got '", a.device, "'");
-  if (a.device == "cuda" && (a.tokens.empty() || a.parallel.parallel()))
+  const Device device = parse_device_flag(a.device);
+  if (device == Device::CUDA && (a.tokens.empty() || a.parallel.parallel()))
     fail("--device cuda applies to --tokens on one GPU (serve runs text prompts on the GPU)");
   parse_kv_cache_dtype(a.kv_cache_dtype);  // a bad value fails before the model loads
   SpeculativeConfig::parse(a.speculative_config);
@@ -175,10 +165,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
-  sub->add_flag("--cuda-graph", args->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+  add_cuda_graph_flag(sub, args->cuda_graph);
   sub->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
                   "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");

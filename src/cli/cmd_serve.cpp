@@ -23,6 +23,7 @@
 #endif
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/model_paths.h"
 #include "cli/parallel_flags.h"
 #include "core/error.h"
@@ -220,9 +221,7 @@ class GracefulShutdown {
 
 void run(const Args& a, bool kv_given, bool util_given) {
   (void)kv_given;  // read by the CUDA build only
-  if (a.device != "cpu" && a.device != "cuda")
-    fail("--device must be cpu or cuda, got '", a.device, "'");
-  const bool cuda = a.device == "cuda";
+  const bool cuda = parse_device_flag(a.device) == Device::CUDA;
   if (util_given && !cuda)
     fail(
         "--gpu-memory-utilization applies to --device cuda; on the CPU give --kv-cache-memory "
@@ -414,10 +413,7 @@ void register_cmd(CLI::App& app) {
                 "schedule and build step N+1 while step N runs (default on; the same outputs "
                 "as the synchronous loop; synchronous anyway with --speculative-config or a "
                 "parallel model)");
-  sub->add_flag("--cuda-graph", a->cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+  add_cuda_graph_flag(sub, a->cuda_graph);
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "on SIGTERM/SIGINT, seconds the requests in flight get to finish before they "

@@ -48,24 +48,25 @@ void Histogram::render_samples(std::string& out, const std::string& name,
 }
 
 namespace {
+// `n` bucket bounds from `low`, each `ratio` times the one before.
+std::vector<double> geometric_buckets(double low, double ratio, int n) {
+  std::vector<double> b;
+  double v = low;
+  for (int i = 0; i < n; ++i, v *= ratio) b.push_back(v);
+  return b;
+}
 // Step-time buckets: 10% apart from 0.5 ms to past 100 s (130 bounds), so a quantile read back by
 // linear interpolation inside a bucket is within a few percent of the sample's.
 constexpr double kStepBucketLow = 0.5e-3, kStepBucketRatio = 1.1;
 constexpr int kStepBuckets = 130;
 std::vector<double> step_buckets() {
-  std::vector<double> b;
-  double v = kStepBucketLow;
-  for (int i = 0; i < kStepBuckets; ++i, v *= kStepBucketRatio) b.push_back(v);
-  return b;
+  return geometric_buckets(kStepBucketLow, kStepBucketRatio, kStepBuckets);
 }
 // Host-time and idle-gap buckets: 10% apart from 1 µs to past 1 s (150 bounds).
 constexpr double kHostBucketLow = 1e-6;
 constexpr int kHostBuckets = 150;
 std::vector<double> host_buckets() {
-  std::vector<double> b;
-  double v = kHostBucketLow;
-  for (int i = 0; i < kHostBuckets; ++i, v *= kStepBucketRatio) b.push_back(v);
-  return b;
+  return geometric_buckets(kHostBucketLow, kStepBucketRatio, kHostBuckets);
 }
 constexpr StepKind kStepKinds[] = {StepKind::Decode, StepKind::Mixed, StepKind::Prefill};
 }  // namespace
@@ -147,10 +148,10 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           double(s.spec_accepted_tokens));
   gauge("osprey_spec_decode_acceptance_rate", "Accepted / verified draft tokens (0 without any).",
-        s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0);
+        spec_acceptance_rate(s));
   gauge("osprey_spec_decode_mean_accepted_length",
         "Tokens a verify step emits per sequence: 1 + accepted / verifies (0 without any).",
-        s.spec_verifies ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verifies) : 0.0);
+        spec_mean_accepted_length(s));
   std::lock_guard<std::mutex> lk(mu_);
   o += "# HELP osprey_request_success_total Requests finished, by reason.\n# TYPE "
        "osprey_request_success_total counter\n";
@@ -210,6 +211,14 @@ std::string Metrics::render(const EngineStats& s) const {
           "First positions of the prompt chunks (tokens already cached), summed.",
           &StepFamily::prefill_start);
   return o;
+}
+
+double spec_acceptance_rate(const EngineStats& s) {
+  return s.spec_draft_tokens ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0;
+}
+
+double spec_mean_accepted_length(const EngineStats& s) {
+  return s.spec_verifies ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verifies) : 0.0;
 }
 
 }  // namespace osprey::server

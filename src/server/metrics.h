@@ -76,4 +76,10 @@ class Metrics {
   uint64_t failures_ = 0;
 };
 
+// The two ratios of speculative decoding (vLLM's spec_decode metrics), 0 before any verify:
+// accepted / verified draft tokens, and the tokens a verify step emits per sequence,
+// 1 + accepted / verifies. The gauges above, and what generate and eval report.
+double spec_acceptance_rate(const EngineStats& s);
+double spec_mean_accepted_length(const EngineStats& s);
+
 }  // namespace osprey::server

@@ -1,22 +1,12 @@
 #include "server/reasoning_parser.h"
 
-#include <algorithm>
+#include "server/partial_marker.h"
 
 namespace osprey::server {
 namespace {
 
 constexpr std::string_view kThinkStart = "<think>";
 constexpr std::string_view kThinkEnd = "</think>";
-
-bool starts_with(std::string_view s, std::string_view p) {
-  return s.substr(0, p.size()) == p;
-}
-
-size_t partial_suffix(std::string_view s, std::string_view marker) {
-  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
-    if (s.substr(s.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
 
 }  // namespace
 
@@ -52,12 +42,12 @@ void ReasoningParser::run(ReasoningDelta& out, bool final) {
     switch (state_) {
       case State::kStart: {
         // A leading <think> (after nothing) is the tag, not reasoning.
-        if (starts_with(buf_, kThinkStart)) {
+        if (buf_.starts_with(kThinkStart)) {
           buf_.erase(0, kThinkStart.size());
           state_ = State::kReasoning;
           continue;
         }
-        if (!final && starts_with(kThinkStart, buf_)) return;  // could still be <think>
+        if (!final && kThinkStart.starts_with(buf_)) return;  // could still be <think>
         state_ = State::kReasoning;
         continue;
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "server/partial_marker.h"
 #include "tokenizer/python_json.h"
 
 namespace osprey::server {
@@ -38,17 +39,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool starts_with(std::string_view s, std::string_view p) {
-  return s.substr(0, p.size()) == p;
-}
-
-// The length of the longest suffix of `s` that is a proper prefix of `marker`.
-size_t partial_suffix(std::string_view s, std::string_view marker) {
-  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
-    if (s.substr(s.size() - n) == marker.substr(0, n)) return n;
-  return 0;
-}
-
 bool valid_name(std::string_view n) {
   if (n.empty()) return false;
   return std::none_of(n.begin(), n.end(),
@@ -69,7 +59,7 @@ std::optional<ParsedToolCall> parse_v3(std::string_view body) {
   if (nl == std::string_view::npos) return std::nullopt;
   const std::string_view name = trim(rest.substr(0, nl));
   std::string_view fenced = trim(rest.substr(nl + 1));
-  if (!starts_with(fenced, kJsonFenceOpen) ||
+  if (!fenced.starts_with(kJsonFenceOpen) ||
       fenced.size() < kJsonFenceOpen.size() + kJsonFenceClose.size() ||
       fenced.substr(fenced.size() - kJsonFenceClose.size()) != kJsonFenceClose)
     return std::nullopt;
@@ -92,7 +82,7 @@ std::optional<ParsedToolCall> parse_v31(std::string_view body) {
 // Reads `attr="value"` at the front of s (after optional spaces); advances s past it.
 std::optional<std::string_view> attribute(std::string_view& s, std::string_view attr) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  if (!starts_with(s, attr) || s.substr(attr.size(), 2) != "=\"") return std::nullopt;
+  if (!s.starts_with(attr) || s.substr(attr.size(), 2) != "=\"") return std::nullopt;
   s.remove_prefix(attr.size() + 2);
   const size_t q = s.find('"');
   if (q == std::string_view::npos) return std::nullopt;
@@ -104,18 +94,18 @@ std::optional<std::string_view> attribute(std::string_view& s, std::string_view 
 // body: what lies between "<｜DSML｜invoke" and "</｜DSML｜invoke>".
 std::optional<ParsedToolCall> parse_v32(std::string_view body) {
   const auto name = attribute(body, "name");
-  if (!name || !valid_name(*name) || !starts_with(body, ">")) return std::nullopt;
+  if (!name || !valid_name(*name) || !body.starts_with(">")) return std::nullopt;
   body.remove_prefix(1);
   nlohmann::ordered_json args = nlohmann::ordered_json::object();
   while (true) {
     body = trim(body);
     if (body.empty()) break;
-    if (!starts_with(body, kDsmlParamOpen)) return std::nullopt;
+    if (!body.starts_with(kDsmlParamOpen)) return std::nullopt;
     body.remove_prefix(kDsmlParamOpen.size());
     const auto key = attribute(body, "name");
     const auto is_string = attribute(body, "string");
     if (!key || key->empty() || !is_string || (*is_string != "true" && *is_string != "false") ||
-        !starts_with(body, ">"))
+        !body.starts_with(">"))
       return std::nullopt;
     body.remove_prefix(1);
     const size_t close = body.find(kDsmlParamClose);
@@ -259,13 +249,13 @@ bool ToolCallParser::step_block(ToolParseDelta& out, bool final) {
   consume(ws, true);
   const std::string_view b = buf_;
   if (b.empty()) return false;
-  if (starts_with(b, m.block_end)) {
+  if (b.starts_with(m.block_end)) {
     consume(m.block_end.size(), true);
     pending_.clear();  // a finished block: its markup is not content
     state_ = State::kText;
     return true;
   }
-  if (starts_with(b, m.call_begin)) {
+  if (b.starts_with(m.call_begin)) {
     const size_t end = b.find(m.call_end, m.call_begin.size());
     if (end == std::string_view::npos) return false;  // wait for the rest of the call
     const std::string_view body = b.substr(m.call_begin.size(), end - m.call_begin.size());
@@ -283,7 +273,7 @@ bool ToolCallParser::step_block(ToolParseDelta& out, bool final) {
     if (!silent_) out.calls.push_back(std::move(*call));
     return true;
   }
-  const bool could_become = starts_with(m.call_begin, b) || starts_with(m.block_end, b);
+  const bool could_become = m.call_begin.starts_with(b) || m.block_end.starts_with(b);
   if (could_become && !final) return false;
   give_back(out);  // unexpected text inside the block
   return true;

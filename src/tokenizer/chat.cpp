@@ -246,43 +246,36 @@ std::vector<ChatEncoder::Part> ChatEncoder::parts(std::span<const ChatMessage> m
       fail("chat message ", i, ": only assistant messages carry tool_calls");
   }
   std::vector<Part> out;
-  auto text = [&](std::string_view t) {
-    if (!t.empty()) out.push_back({Part::Kind::kText, t});
-  };
-  auto owned = [&](std::string t) {
-    storage.push_back(std::move(t));
-    text(storage.back());
-  };
-  auto token = [&](std::string_view t) { out.push_back({Part::Kind::kToken, t}); };
+  PartWriter w{out, storage};
   const std::string& bos = tokenizer_.bos_token();
-  if (!bos.empty() && tokenizer_.added_vocabulary().find(bos)) token(bos);
+  if (!bos.empty() && tokenizer_.added_vocabulary().find(bos)) w.token(bos);
 
   if (format_ == ChatFormat::kSimple) {
     const std::string& eos = tokenizer_.eos_token();
     const bool has_eos = !eos.empty() && tokenizer_.added_vocabulary().find(eos);
     for (const ChatMessage& m : messages) {
-      text(m.role == "system" ? "System: "
-           : m.role == "user" ? "User: "
-           : m.role == "tool" ? "Tool: "
-                              : "Assistant: ");
-      text(m.content);
-      for (const ChatToolCall& c : m.tool_calls) owned("\n" + c.name + "(" + c.arguments + ")");
-      if (m.role == "assistant" && has_eos) token(eos);
-      text("\n\n");
+      w.text(m.role == "system" ? "System: "
+             : m.role == "user" ? "User: "
+             : m.role == "tool" ? "Tool: "
+                                : "Assistant: ");
+      w.text(m.content);
+      for (const ChatToolCall& c : m.tool_calls) w.owned("\n" + c.name + "(" + c.arguments + ")");
+      if (m.role == "assistant" && has_eos) w.token(eos);
+      w.text("\n\n");
     }
-    if (options.add_generation_prompt) text("Assistant:");
+    if (options.add_generation_prompt) w.text("Assistant:");
     return out;
   }
   if (format_ == ChatFormat::kDeepSeekV32) {
-    render_v32(messages, options, out, storage);
+    render_v32(messages, options, w);
     return out;
   }
 
   bool first_system = true;
   for (const ChatMessage& m : messages) {
     if (m.role != "system") continue;
-    if (!first_system) text(kSystemSeparator);
-    text(m.content);
+    if (!first_system) w.text(kSystemSeparator);
+    w.text(m.content);
     first_system = false;
   }
   if (format_ == ChatFormat::kDeepSeekV3) {
@@ -294,53 +287,53 @@ std::vector<ChatEncoder::Part> ChatEncoder::parts(std::span<const ChatMessage> m
     for (const ChatMessage& m : messages) {
       if (m.role == "user") {
         is_tool = false;
-        token(kUser);
-        text(m.content);
+        w.token(kUser);
+        w.text(m.content);
       } else if (m.role == "assistant" && m.content_is_null) {
         is_tool = false;
         for (const ChatToolCall& c : m.tool_calls) {
           const bool opens = !is_first;
           if (opens) {
-            token(kAssistant);
-            token(kToolCallsBegin);
+            w.token(kAssistant);
+            w.token(kToolCallsBegin);
             is_first = true;
           } else {
-            text("\n");
+            w.text("\n");
           }
-          token(kToolCallBegin);
-          text(c.type);
-          token(kToolSep);
-          owned(c.name + "\n```json\n" + c.arguments + "\n```");
-          token(kToolCallEnd);
+          w.token(kToolCallBegin);
+          w.text(c.type);
+          w.token(kToolSep);
+          w.owned(c.name + "\n```json\n" + c.arguments + "\n```");
+          w.token(kToolCallEnd);
           if (!opens) {
-            token(kToolCallsEnd);
-            token(kEndOfSentence);
+            w.token(kToolCallsEnd);
+            w.token(kEndOfSentence);
           }
         }
       } else if (m.role == "assistant") {
         if (is_tool) {
-          token(kToolOutputsEnd);
+          w.token(kToolOutputsEnd);
           is_tool = false;
         } else {
-          token(kAssistant);
+          w.token(kAssistant);
         }
-        text(m.content);
-        token(kEndOfSentence);
+        w.text(m.content);
+        w.token(kEndOfSentence);
       } else if (m.role == "tool") {
         is_tool = true;
         if (is_output_first) {
-          token(kToolOutputsBegin);
+          w.token(kToolOutputsBegin);
           is_output_first = false;
         } else {
-          text("\n");
+          w.text("\n");
         }
-        token(kToolOutputBegin);
-        text(m.content);
-        token(kToolOutputEnd);
+        w.token(kToolOutputBegin);
+        w.text(m.content);
+        w.token(kToolOutputEnd);
       }
     }
-    if (is_tool) token(kToolOutputsEnd);
-    if (options.add_generation_prompt && !is_tool) token(kAssistant);
+    if (is_tool) w.token(kToolOutputsEnd);
+    if (options.add_generation_prompt && !is_tool) w.token(kAssistant);
     return out;
   }
   // deepseek-v3.1 (DeepSeek-V3.1's template): the assistant tag (with </think>) opens only an
@@ -351,30 +344,30 @@ std::vector<ChatEncoder::Part> ChatEncoder::parts(std::span<const ChatMessage> m
     if (m.role == "user") {
       is_tool = false;
       is_last_user = true;
-      token(kUser);
-      text(m.content);
+      w.token(kUser);
+      w.text(m.content);
     } else if (m.role == "assistant" && !m.tool_calls.empty()) {
       if (is_last_user) {
-        token(kAssistant);
-        token(kEndThink);
+        w.token(kAssistant);
+        w.token(kEndThink);
       }
       is_last_user = false;
       is_tool = false;
-      if (!m.content_is_null) text(m.content);
-      token(kToolCallsBegin);
+      if (!m.content_is_null) w.text(m.content);
+      w.token(kToolCallsBegin);
       for (const ChatToolCall& c : m.tool_calls) {
-        token(kToolCallBegin);
-        text(c.name);
-        token(kToolSep);
-        text(c.arguments);
-        token(kToolCallEnd);
+        w.token(kToolCallBegin);
+        w.text(c.name);
+        w.token(kToolSep);
+        w.text(c.arguments);
+        w.token(kToolCallEnd);
       }
-      token(kToolCallsEnd);
-      token(kEndOfSentence);
+      w.token(kToolCallsEnd);
+      w.token(kEndOfSentence);
     } else if (m.role == "assistant") {
       if (is_last_user) {
-        token(kAssistant);
-        token(kEndThink);
+        w.token(kAssistant);
+        w.token(kEndThink);
       }
       is_last_user = false;
       std::string_view content = m.content;
@@ -383,37 +376,29 @@ std::vector<ChatEncoder::Part> ChatEncoder::parts(std::span<const ChatMessage> m
       } else if (const size_t end = content.find(kEndThink); end != std::string_view::npos) {
         content.remove_prefix(end + kEndThink.size());
       }
-      text(content);
-      token(kEndOfSentence);
+      w.text(content);
+      w.token(kEndOfSentence);
     } else if (m.role == "tool") {
       is_last_user = false;
       is_tool = true;
-      token(kToolOutputBegin);
-      text(m.content);
-      token(kToolOutputEnd);
+      w.token(kToolOutputBegin);
+      w.text(m.content);
+      w.token(kToolOutputEnd);
     }
   }
   if (options.add_generation_prompt && is_last_user && !is_tool) {
-    token(kAssistant);
-    token(options.thinking ? kThink : kEndThink);
+    w.token(kAssistant);
+    w.token(options.thinking ? kThink : kEndThink);
   }
   return out;
 }
 
 void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOptions& options,
-                             std::vector<Part>& out, std::deque<std::string>& storage) const {
+                             PartWriter& w) const {
   // DeepSeek-V3.2's encoding_dsv32.py (encode_messages / render_message), with the tools given
   // as vLLM's DeepSeek-V3.2 tokenizer gives them: a system message holding only the tools, put
   // first. The script always adds bos and ignores add_generation_prompt (a user turn always ends
   // in the assistant opener).
-  auto text = [&](std::string_view t) {
-    if (!t.empty()) out.push_back({Part::Kind::kText, t});
-  };
-  auto owned = [&](std::string t) {
-    storage.push_back(std::move(t));
-    text(storage.back());
-  };
-  auto token = [&](std::string_view t) { out.push_back({Part::Kind::kToken, t}); };
   const bool thinking = options.thinking;
   if (!options.tools.empty()) {
     std::string schemas;
@@ -421,7 +406,7 @@ void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOp
       if (!schemas.empty()) schemas += "\n";
       schemas += t;
     }
-    owned("\n\n" + v32_tools_prompt(schemas));
+    w.owned("\n\n" + v32_tools_prompt(schemas));
   }
   ptrdiff_t last_user = -1;
   for (size_t i = 0; i < messages.size(); ++i)
@@ -430,12 +415,12 @@ void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOp
     const ChatMessage& m = messages[i];
     const ptrdiff_t index = ptrdiff_t(i);
     if (m.role == "system") {
-      text(m.content);
+      w.text(m.content);
     } else if (m.role == "user") {
-      token(kUser);
-      text(m.content);
-      token(kAssistant);
-      token(index == last_user && thinking ? kThink : kEndThink);
+      w.token(kUser);
+      w.text(m.content);
+      w.token(kAssistant);
+      w.token(index == last_user && thinking ? kThink : kEndThink);
     } else if (m.role == "tool") {
       size_t prev = i;
       while (prev > 0 && messages[prev - 1].role == "tool") --prev;
@@ -447,13 +432,13 @@ void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOp
       const size_t calls = messages[prev - 1].tool_calls.size();
       if (calls < order)
         fail("chat message ", i, ": more tool results than the assistant's ", calls, " tool calls");
-      if (order == 1) text("\n\n<function_results>");
-      text("\n<result>");
-      text(m.content);
-      text("</result>");
+      if (order == 1) w.text("\n\n<function_results>");
+      w.text("\n<result>");
+      w.text(m.content);
+      w.text("</result>");
       if (order == calls) {
-        text("\n</function_results>\n\n");
-        token(index >= last_user && thinking ? kThink : kEndThink);
+        w.text("\n</function_results>\n\n");
+        w.token(index >= last_user && thinking ? kThink : kEndThink);
       }
     } else {  // assistant
       if (thinking && index > last_user) {
@@ -461,10 +446,10 @@ void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOp
           fail("chat message ", i,
                ": in thinking mode an assistant message after the last user message needs "
                "reasoning_content or tool_calls");
-        text(m.reasoning_content);
-        token(kEndThink);
+        w.text(m.reasoning_content);
+        w.token(kEndThink);
       }
-      if (!m.content_is_null) text(m.content);
+      if (!m.content_is_null) w.text(m.content);
       if (!m.tool_calls.empty()) {
         std::string calls = "\n\n<" + std::string(kDsml) + "function_calls>\n";
         for (size_t c = 0; c < m.tool_calls.size(); ++c) {
@@ -472,9 +457,9 @@ void ChatEncoder::render_v32(std::span<const ChatMessage> messages, const ChatOp
           calls += v32_invoke(m.tool_calls[c], i);
         }
         calls += "\n</" + std::string(kDsml) + "function_calls>";
-        owned(std::move(calls));
+        w.owned(std::move(calls));
       }
-      token(kEndOfSentence);
+      w.token(kEndOfSentence);
     }
   }
 }

@@ -119,10 +119,24 @@ class ChatEncoder {
     enum class Kind { kText, kToken } kind;
     std::string_view text;
   };
+  // Appends to a prompt's parts: text (nothing when empty), text built here (kept alive in
+  // `storage`, which the parts point into), special tokens.
+  struct PartWriter {
+    std::vector<Part>& out;
+    std::deque<std::string>& storage;
+    void text(std::string_view t) {
+      if (!t.empty()) out.push_back({Part::Kind::kText, t});
+    }
+    void owned(std::string t) {
+      storage.push_back(std::move(t));
+      text(storage.back());
+    }
+    void token(std::string_view t) { out.push_back({Part::Kind::kToken, t}); }
+  };
   std::vector<Part> parts(std::span<const ChatMessage> messages, const ChatOptions& options,
                           std::deque<std::string>& storage) const;
   void render_v32(std::span<const ChatMessage> messages, const ChatOptions& options,
-                  std::vector<Part>& out, std::deque<std::string>& storage) const;
+                  PartWriter& w) const;
   void require(std::string_view token) const;
 
   const Tokenizer& tokenizer_;
