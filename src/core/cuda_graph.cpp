@@ -151,6 +151,10 @@ std::string neighbours(cudaGraphNode_t node) {
 }
 }  // namespace
 
+std::string graph_kernel_name(void* node) {
+  return kernel_name(static_cast<cudaGraphNode_t>(node));
+}
+
 GraphNodeCounts CudaGraph::nodes() const {
   GraphNodeCounts c;
   if (!graph_) return c;

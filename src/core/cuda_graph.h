@@ -28,6 +28,10 @@ struct GraphNodeCounts {
   int total() const { return kernels + memsets + memcpys + hosts + others; }
 };
 
+// The demangled name (without its parameter list) of the kernel a graph node launches: node is a
+// cudaGraphNode_t; "" when it is no kernel node or the driver names none.
+std::string graph_kernel_name(void* node);
+
 class CudaGraph {
  public:
   CudaGraph() = default;

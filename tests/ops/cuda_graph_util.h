@@ -6,8 +6,6 @@
 // run it once eagerly first (warm_up), as a graph runner does.
 #pragma once
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_graph.h"
 #include "core/device_buffer.h"
 
 namespace osprey::testing {
@@ -50,35 +49,10 @@ struct GraphNodes {
   }
 };
 
-// The kernel a graph node launches, by name. Through the driver API (a node holds a CUfunction, or
-// a CUkernel when func is null, as the runtime's context-independent loading makes), reached with
-// cudaGetDriverEntryPointByVersion so that the binary does not link libcuda (it must load, and
-// skip, on a machine without the driver).
-template <typename F>
-F driver_entry(const char* symbol, unsigned version) {
-  void* f = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &status) !=
-          cudaSuccess ||
-      status != cudaDriverEntryPointSuccess)
-    return nullptr;
-  return reinterpret_cast<F>(f);
-}
+// The kernel a graph node launches, by name (core/cuda_graph.h; "?" where the driver names none).
 inline std::string kernel_node_name(cudaGraphNode_t node) {
-  static const auto get_params =
-      driver_entry<PFN_cuGraphKernelNodeGetParams_v12000>("cuGraphKernelNodeGetParams", 12000);
-  static const auto func_name = driver_entry<PFN_cuFuncGetName_v12030>("cuFuncGetName", 12030);
-  static const auto kernel_name =
-      driver_entry<PFN_cuKernelGetName_v12030>("cuKernelGetName", 12030);
-  CUDA_KERNEL_NODE_PARAMS_v2 p{};
-  if (!get_params || get_params(node, &p) != CUDA_SUCCESS) return "?";
-  const char* name = nullptr;
-  if (p.func && func_name) {
-    if (func_name(&name, p.func) != CUDA_SUCCESS) name = nullptr;
-  } else if (p.kern && kernel_name) {
-    if (kernel_name(&name, p.kern) != CUDA_SUCCESS) name = nullptr;
-  }
-  return name ? std::string(name) : std::string("?");
+  const std::string n = cuda::graph_kernel_name(node);
+  return n.empty() ? std::string("?") : n;
 }
 
 // The nodes of a captured graph, kernels by name.
