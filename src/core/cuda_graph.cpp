@@ -151,14 +151,10 @@ std::string neighbours(cudaGraphNode_t node) {
 }
 }  // namespace
 
-std::string graph_kernel_name(void* node) {
-  return kernel_name(static_cast<cudaGraphNode_t>(node));
-}
-
-GraphNodeCounts CudaGraph::nodes() const {
+GraphNodeCounts graph_node_counts(void* graph, bool names) {
   GraphNodeCounts c;
-  if (!graph_) return c;
-  const auto g = static_cast<cudaGraph_t>(graph_);
+  if (!graph) return c;
+  const auto g = static_cast<cudaGraph_t>(graph);
   size_t n = 0;
   if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return c;
   std::vector<cudaGraphNode_t> nodes(n);
@@ -169,6 +165,7 @@ GraphNodeCounts CudaGraph::nodes() const {
     switch (t) {
       case cudaGraphNodeTypeKernel:
         ++c.kernels;
+        if (names) c.kernel_names.push_back(kernel_name(node));
         break;
       case cudaGraphNodeTypeMemset: {
         ++c.memsets;
@@ -190,6 +187,10 @@ GraphNodeCounts CudaGraph::nodes() const {
     }
   }
   return c;
+}
+
+GraphNodeCounts CudaGraph::nodes() const {
+  return graph_node_counts(graph_, false);
 }
 
 }  // namespace osprey::cuda

@@ -25,12 +25,14 @@ struct GraphNodeCounts {
   // "?" where the driver names none): the op that issued it is the one before, or the library
   // call whose kernel comes after (cuBLASLt zero-fills a counter before its GEMM kernel).
   std::vector<std::string> memset_neighbours;
+  // The kernel nodes' names (demangled, without parameter lists; "" where the driver names none),
+  // in node order: filled only when asked for (graph_node_counts).
+  std::vector<std::string> kernel_names;
   int total() const { return kernels + memsets + memcpys + hosts + others; }
 };
 
-// The demangled name (without its parameter list) of the kernel a graph node launches: node is a
-// cudaGraphNode_t; "" when it is no kernel node or the driver names none.
-std::string graph_kernel_name(void* node);
+// What a graph holds, node by node (graph: a cudaGraph_t); with the kernels' names if asked.
+GraphNodeCounts graph_node_counts(void* graph, bool kernel_names);
 
 class CudaGraph {
  public:

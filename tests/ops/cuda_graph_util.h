@@ -28,7 +28,7 @@ namespace osprey::testing {
 
 struct GraphNodes {
   int kernels = 0, memsets = 0, memcpys = 0, hosts = 0, others = 0;
-  std::vector<std::string> kernel_names;  // mangled; "?" where the driver gave none
+  std::vector<std::string> kernel_names;  // demangled; "?" where the driver gave none
   // Whether the driver named the kernels (checks by name are skipped, with a note, if not).
   bool names_known() const {
     for (const std::string& n : kernel_names)
@@ -49,40 +49,17 @@ struct GraphNodes {
   }
 };
 
-// The kernel a graph node launches, by name (core/cuda_graph.h; "?" where the driver names none).
-inline std::string kernel_node_name(cudaGraphNode_t node) {
-  const std::string n = cuda::graph_kernel_name(node);
-  return n.empty() ? std::string("?") : n;
-}
-
-// The nodes of a captured graph, kernels by name.
+// The nodes of a captured graph, kernels by name (core/cuda_graph.h's count; "?" where the driver
+// names a kernel none).
 inline GraphNodes graph_nodes(cudaGraph_t graph) {
+  const cuda::GraphNodeCounts c = cuda::graph_node_counts(graph, true);
   GraphNodes g;
-  size_t n = 0;
-  if (!graph || cudaGraphGetNodes(graph, nullptr, &n) != cudaSuccess) return g;
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (cudaGraphGetNodes(graph, nodes.data(), &n) != cudaSuccess) return g;
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType t{};
-    cudaGraphNodeGetType(node, &t);
-    switch (t) {
-      case cudaGraphNodeTypeKernel:
-        ++g.kernels;
-        g.kernel_names.push_back(kernel_node_name(node));
-        break;
-      case cudaGraphNodeTypeMemset:
-        ++g.memsets;
-        break;
-      case cudaGraphNodeTypeMemcpy:
-        ++g.memcpys;
-        break;
-      case cudaGraphNodeTypeHost:
-        ++g.hosts;
-        break;
-      default:
-        ++g.others;
-    }
-  }
+  g.kernels = c.kernels;
+  g.memsets = c.memsets;
+  g.memcpys = c.memcpys;
+  g.hosts = c.hosts;
+  g.others = c.others;
+  for (const std::string& n : c.kernel_names) g.kernel_names.push_back(n.empty() ? "?" : n);
   return g;
 }
 
