@@ -81,13 +81,12 @@ const ForwardBatch* CudaGraphRunner::device_batch(int) const {
 #else
 
 namespace {
-// Pieces of a bucket's region start at this alignment (as stage_batch packs the eager metadata).
-constexpr size_t kAlign = 256;
 // High bits of a graph batch's split-KV fingerprint (never one a host batch hashes to in practice;
 // the plan cache is forgotten around every capture and replay anyway).
 constexpr uint64_t kGraphFingerprint = 0x6f73707265796772ull;
+// Pieces of a bucket's region start at the eager staging's alignment (model/forward_batch.h).
 size_t aligned(size_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
+  return (n + kMetadataAlign - 1) / kMetadataAlign * kMetadataAlign;
 }
 }  // namespace
 
