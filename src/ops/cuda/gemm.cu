@@ -177,6 +177,38 @@ const char* last_fp8_gemm_path() {
   return g_last_path;
 }
 
+namespace {
+// FP8 weights carry device block scales [ceil(out/128), ceil(in/128)] F32 (a clear error if not).
+void check_fp8_scales(const LinearWeight& w) {
+  const int64_t rb = (w.out() + kFp8BlockSize - 1) / kFp8BlockSize;
+  const int64_t cb = (w.in() + kFp8BlockSize - 1) / kFp8BlockSize;
+  OSPREY_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.shape == Shape({rb, cb}) &&
+                   w.scale_inv.device == Device::CUDA,
+               "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
+               "]");
+}
+
+// x [n, in] → e4m3 x8 [n, in] and its 1×128 scales, in the swap-AB kernel's scratch (which its
+// launches only read, so several weights may share one quantisation).
+struct QuantizedX {
+  uint8_t* q;
+  float* s;
+};
+QuantizedX quantize_for_swapab(Tensor x, int64_t n, int64_t in) {
+  auto* q = static_cast<uint8_t*>(scratch(kScratchGemmX, size_t(n * in)));
+  auto* s = static_cast<float*>(
+      scratch(kScratchGemmXScale, size_t(n * (in / kFp8BlockSize)) * sizeof(float)));
+  launch_quantize_rows(q, s, x.data, x.dtype, n, in);
+  return {q, s};
+}
+void swapab_linear(Tensor y, const QuantizedX& x8, const LinearWeight& w, int64_t n) {
+  launch_fp8_swapab_linear(y.data, y.dtype, x8.q, x8.s, w.weight.ptr<uint8_t>(), w.scale_inv.f32(),
+                           n, w.out(), w.in());
+  g_last_path = "swapab-fp8";
+}
+
+}  // namespace
+
 void linears(Tensor x, std::span<const LinearOut> outs) {
   // One quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
   // quantisation depends on x alone: the same x8 and scales as each linear's own); else a
@@ -194,26 +226,16 @@ void linears(Tensor x, std::span<const LinearOut> outs) {
     for (const LinearOut& o : outs) linear(o.y, x, *o.w);
     return;
   }
-  auto* q = static_cast<uint8_t*>(scratch(kScratchGemmX, size_t(n * in)));
-  auto* s = static_cast<float*>(
-      scratch(kScratchGemmXScale, size_t(n * (in / kFp8BlockSize)) * sizeof(float)));
   for (const LinearOut& o : outs) {
     const LinearWeight& w = *o.w;
     check_device(o.y, "linears", "y");
     OSPREY_CHECK(o.y.numel() == n * w.out() && is_f32_or_bf16(o.y.dtype) && o.y.data != x.data,
                  "linears: x ", shape_str(x.shape), " W ", shape_str(w.weight.shape), " y ",
                  shape_str(o.y.shape));
-    const int64_t rb = (w.out() + kFp8BlockSize - 1) / kFp8BlockSize, cb = in / kFp8BlockSize;
-    OSPREY_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.shape == Shape({rb, cb}) &&
-                     w.scale_inv.device == Device::CUDA,
-                 "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
-                 "]");
+    check_fp8_scales(w);
   }
-  launch_quantize_rows(q, s, x.data, x.dtype, n, in);
-  for (const LinearOut& o : outs)
-    launch_fp8_swapab_linear(o.y.data, o.y.dtype, q, s, o.w->weight.ptr<uint8_t>(),
-                             o.w->scale_inv.f32(), n, o.w->out(), in);
-  g_last_path = "swapab-fp8";
+  const QuantizedX x8 = quantize_for_swapab(x, n, in);
+  for (const LinearOut& o : outs) swapab_linear(o.y, x8, *o.w, n);
 }
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
@@ -236,20 +258,9 @@ void linear(Tensor y, Tensor x, const LinearWeight& w) {
       return;
     }
     case DType::F8_E4M3: {
-      const int64_t rb = (out + kFp8BlockSize - 1) / kFp8BlockSize;
-      const int64_t cb = (in + kFp8BlockSize - 1) / kFp8BlockSize;
-      OSPREY_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.shape == Shape({rb, cb}) &&
-                       w.scale_inv.device == Device::CUDA,
-                   "fp8 weight ", shape_str(w.weight.shape), " needs device scales [", rb, ", ", cb,
-                   "]");
+      check_fp8_scales(w);
       if (fp8_swapab_serves(n, out, in)) {
-        auto* q = static_cast<uint8_t*>(scratch(kScratchGemmX, size_t(n * in)));
-        auto* s = static_cast<float*>(
-            scratch(kScratchGemmXScale, size_t(n * (in / kFp8BlockSize)) * sizeof(float)));
-        launch_quantize_rows(q, s, x.data, x.dtype, n, in);
-        launch_fp8_swapab_linear(y.data, y.dtype, q, s, w.weight.ptr<uint8_t>(), w.scale_inv.f32(),
-                                 n, out, in);
-        g_last_path = "swapab-fp8";
+        swapab_linear(y, quantize_for_swapab(x, n, in), w, n);
         return;
       }
       if (fp8_block_scaled(y, x, w, n)) {
