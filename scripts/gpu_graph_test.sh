@@ -39,7 +39,14 @@ summary="$out/summary.txt"; : > "$summary"
 step() {  # name, command...
   local name=$1; shift
   local t0; t0=$(date +%s)
-  if timeout "${OSPREY_GPU_TEST_TIMEOUT:-540}" "$@" > "$out/$name.log" 2>&1; then
+  # A shell function (serve_check) runs in a child bash: timeout runs programs only.
+  local cmd=("$@")
+  if declare -F "$1" > /dev/null; then
+    export -f "$1" serve_smoke
+    export osprey model out
+    cmd=(bash -c "$1")
+  fi
+  if timeout "${OSPREY_GPU_TEST_TIMEOUT:-540}" "${cmd[@]}" > "$out/$name.log" 2>&1; then
     echo "PASS $name ($(( $(date +%s) - t0 )) s)" | tee -a "$summary"
   else echo "FAIL $name (rc $?, $out/$name.log)" | tee -a "$summary"; fi
 }

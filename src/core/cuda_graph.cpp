@@ -122,7 +122,18 @@ std::string kernel_name(cudaGraphNode_t node) {
   char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
   std::string out = status == 0 && d ? d : name;
   std::free(d);
-  if (const size_t paren = out.find('('); paren != std::string::npos) out.resize(paren);
+  // The parameter list is the last balanced (...) group; an earlier '(' belongs to the name
+  // itself, e.g. "osprey::ops::cuda::(anonymous namespace)::moe_route_kernel<...>(...)".
+  if (!out.empty() && out.back() == ')') {
+    int depth = 0;
+    for (size_t i = out.size(); i-- > 0;) {
+      if (out[i] == ')') ++depth;
+      if (out[i] == '(' && --depth == 0) {
+        out.resize(i);
+        break;
+      }
+    }
+  }
   if (out.rfind("void ", 0) == 0) out.erase(0, 5);
   return out;
 }
