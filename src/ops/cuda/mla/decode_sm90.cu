@@ -497,7 +497,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 // so the softmax of one warpgroup overlaps the other's MMAs. Row sums follow the same scales; the
 // two partial sums add at the end. An odd run is padded with a tile of no attended key.
 // Each key tile is released in two halves on their own mbarriers: L (chunks 0–3: S and V_L) and R
-// (chunks 4–8: S, V_R and the rope), so the producer refills a's L half while the pair still runs.
+// (chunks 4–8: S, V_R and the rope), so the producer refills a's L half while the pair still runs;
+// it lands chunk by chunk (a full barrier per 64 columns), and S starts on the first chunk.
 // BF16 caches only: on the FP8 cache the lockstep kernel above is faster (measured 2026-12-01:
 // this schedule with an FP8 producer of half tiles took 481 µs at B = 64 against 246 µs;
 // bench/RESULTS.md).
@@ -518,16 +519,17 @@ struct Smem {                 // every tile 1024-aligned
   float scale0[kHeadsPerCta], scale1[kHeadsPerCta];
   float row_sum[2][kHeadsPerCta];  // [warpgroup][head]
   uint8_t valid[2][kBlockN];       // key r of the tile is attended
-  uint64_t full_l[2], full_r[2], empty_l[2], empty_r[2];
+  uint64_t full[2][kChunks];       // per 64-column chunk: S starts on the first to land
+  uint64_t empty_l[2], empty_r[2];
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;
 static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 per-block limit");
 
 // The producer's share of one half of a tile (BF16 cache), for row r of the tile (thread
-// pt = 2·r + hh): after the half's empty barrier, cp.async of L = chunks 0–3 (16 units of 8 BF16
-// a thread) or R = chunks 4–8 (20 units: latent 256–511 and the rope), whose completion arrives on
-// the half's full barrier (noinc: the producer goes on at once). row < 0: zeros (the consumers
-// mask the row through `valid`).
+// pt = 2·r + hh): after the half's empty barrier (waited for by the caller), L = chunks 0–3 or
+// R = chunks 4–8 (latent 256–511 and the rope), chunk by chunk: 4 cp.async of 8 BF16 a thread, then
+// an arrival on the chunk's full barrier when they land (noinc: the producer goes on at once).
+// row < 0: zeros (the consumers mask the row through `valid`).
 template <bool kRight>
 __device__ __forceinline__ void load_half(uint8_t* tile, const Params& a, int r, int hh,
                                           int64_t row, uint64_t* full) {
@@ -535,34 +537,37 @@ __device__ __forceinline__ void load_half(uint8_t* tile, const Params& a, int r,
   uint8_t* dst_row = tile + r * 128;
   const uint32_t sw = uint32_t(r & 7);
   const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
-  constexpr int kPer = kRight ? 20 : 16, kBase = kRight ? 32 : 0;
+  constexpr int c0 = kRight ? kLChunks : 0, c1 = kRight ? kChunks : kLChunks;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int u = kBase + hh * kPer + k, chunk = u >> 3, uu = u & 7;
-    hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), src + u * 16,
-                    ok ? 16u : 0u);
+  for (int c = c0; c < c1; ++c) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int uu = 4 * hh + k;
+      hw::cp_async_16(dst_row + c * kChunkBytes + ((uint32_t(uu) ^ sw) << 4),
+                      src + (8 * c + uu) * 16, ok ? 16u : 0u);
+    }
+    hw::cp_async_arrive_noinc(&full[c]);
   }
-  hw::cp_async_arrive_noinc(full);
 }
 
-// S (+)= Q · Kᵀ over one half of a tile: L = chunks 0–3 (its first step overwrites S), R = chunks
-// 4–8, chunk 8 (the rope) taking Q from the registers rq.
-template <bool kLeft>
-__device__ __forceinline__ void qk_half(float (&s)[32], const uint8_t* q, const uint8_t* kv,
-                                        const uint32_t (&rq)[4][4]) {
-  constexpr int c0 = kLeft ? 0 : kLChunks, c1 = kLeft ? kLChunks : kChunks - 1;
+// S = Q · Kᵀ over one tile, chunk by chunk as each lands (its full barrier, phase ph): chunks 0–7
+// with Q from shared memory, chunk 8 (the rope) with Q from the registers rq.
+__device__ __forceinline__ void qk_tile(float (&s)[32], const uint8_t* q, const uint8_t* kv,
+                                        const uint32_t (&rq)[4][4], uint64_t* full, uint32_t ph) {
 #pragma unroll
-  for (int c = c0; c < c1; ++c)
+  for (int c = 0; c < kChunks; ++c) {
+    hw::mbar_wait(&full[c], ph);
+    hw::fence_proxy_async();  // the chunk's cp.async bytes (generic proxy), read by wgmma next
+    if (c == 0) hw::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      hw::wgmma_m64n64k16_bf16_ss(s, hw::sw128_desc(q + c * kChunkBytes + kk * 32, 16, 1024),
-                                  hw::sw128_desc(kv + c * kChunkBytes + kk * 32, 16, 1024),
-                                  !kLeft || c > 0 || kk > 0);
-  if constexpr (!kLeft) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      hw::wgmma_m64n64k16_bf16_rs(
-          s, rq[kk], hw::sw128_desc(kv + (kChunks - 1) * kChunkBytes + kk * 32, 16, 1024), true);
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t db = hw::sw128_desc(kv + c * kChunkBytes + kk * 32, 16, 1024);
+      if (c < kChunks - 1)
+        hw::wgmma_m64n64k16_bf16_ss(s, hw::sw128_desc(q + c * kChunkBytes + kk * 32, 16, 1024), db,
+                                    c > 0 || kk > 0);
+      else
+        hw::wgmma_m64n64k16_bf16_rs(s, rq[kk], db, true);
+    }
   }
 }
 
@@ -638,18 +643,12 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float f0, float f1) {
   for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? f1 : f0;
 }
 
-// S = Q · Kᵀ over the tile in `stage` (phase ph), half by half as its halves land, then masked,
+// S = Q · Kᵀ over the tile in `stage` (phase ph), chunk by chunk as they land, then masked,
 // scaled to base 2, and the row maxima of rows r0 / r0 + 8 (mask_max).
 __device__ __forceinline__ void score_tile(float (&s)[32], Smem& sm, int stage, uint32_t ph,
                                            const uint32_t (&rq)[4][4], float scale_log2, int cq,
                                            float& mx0, float& mx1) {
-  hw::mbar_wait(&sm.full_l[stage], ph);
-  hw::fence_proxy_async();
-  hw::wgmma_fence();
-  qk_half<true>(s, sm.q, sm.kv[stage], rq);
-  hw::mbar_wait(&sm.full_r[stage], ph);
-  hw::fence_proxy_async();
-  qk_half<false>(s, sm.q, sm.kv[stage], rq);
+  qk_tile(s, sm.q, sm.kv[stage], rq, sm.full[stage], ph);
   hw::wgmma_commit();
   hw::wgmma_wait<0>();
   hw::fence_regs(s);
@@ -711,8 +710,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
   if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
-      hw::mbar_init(&sm.full_l[s], kProducerThreads);
-      hw::mbar_init(&sm.full_r[s], kProducerThreads);
+      for (int c = 0; c < kChunks; ++c) hw::mbar_init(&sm.full[s][c], kProducerThreads);
       hw::mbar_init(&sm.empty_l[s], 128);  // one warpgroup releases each half (see below)
       hw::mbar_init(&sm.empty_r[s], 128);
     }
@@ -741,9 +739,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
         const int64_t row = b < b1 ? attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r) : -1;
         hw::mbar_wait(&sm.empty_l[stage], ph ^ 1u);
         if (hh == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-        load_half<false>(sm.kv[stage], a, r, hh, row, &sm.full_l[stage]);
+        load_half<false>(sm.kv[stage], a, r, hh, row, sm.full[stage]);
         hw::mbar_wait(&sm.empty_r[stage], ph ^ 1u);
-        load_half<true>(sm.kv[stage], a, r, hh, row, &sm.full_r[stage]);
+        load_half<true>(sm.kv[stage], a, r, hh, row, sm.full[stage]);
       }
     }
     hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
