@@ -26,9 +26,11 @@
 #   bench_loop       osprey bench step --engine-loop at B = 1, 64 (sync and async engine loops:
 #                    host time, idle gap, identical tokens, worker wake-ups; B=64 decodes once its
 #                    64 prompts of 5000 tokens are in: ~160 chunked-prefill steps first).
-#   eval_eager / eval_graph   osprey eval --task arith on the bundled model on the GPU, without and
-#                    with --cuda-graph (batch 64, 1000 problems): the accuracy lines must agree.
-#   serve_graph      osprey serve --cuda-graph: health, 4 completions, /metrics.
+#   eval_eager / eval_graph   osprey eval --task arith on the bundled model on the GPU, with
+#                    --enforce-eager and with the default (graphs) (batch 64, 1000 problems): the
+#                    accuracy lines must agree; only the default run replays graphs.
+#   serve_graph      osprey serve (graphs by default): health, 4 completions, /metrics counting
+#                    graph replays.
 set -u
 osprey=${1:?usage: gpu_graph_test.sh OSPREY OUT_DIR}; out=${2:?OUT_DIR}
 mkdir -p "$out"
@@ -84,11 +86,15 @@ step bench_loop "$osprey" bench step --preset dsv32 --load-format dummy --batch 
 grep -h -A12 '^engine loop' "$out/bench_loop.log" | tee -a "$summary"
 
 for mode in eager graph; do
-  flag=(); [[ $mode == graph ]] && flag=(--cuda-graph)
+  flag=(); [[ $mode == eager ]] && flag=(--enforce-eager)  # graphs are the default on the GPU
   step "eval_$mode" "$osprey" eval --task arith --model "$model" --device cuda --batch 64 \
     --limit 1000 "${flag[@]}"
-  echo "eval_$mode: $(grep -h '^accuracy' "$out/eval_$mode.log")" | tee -a "$summary"
+  echo "eval_$mode: $(grep -h '^accuracy\|^cuda graphs' "$out/eval_$mode.log" | tr '\n' ' ')" |
+    tee -a "$summary"
 done
+if grep -q '^cuda graphs: [1-9]' "$out/eval_graph.log" && ! grep -q '^cuda graphs' "$out/eval_eager.log"
+then echo "PASS eval: graphs by default, none with --enforce-eager" | tee -a "$summary"
+else echo "FAIL eval: the default run replayed no graph, or --enforce-eager did" | tee -a "$summary"; fi
 a=$(grep -h '^accuracy' "$out/eval_eager.log" | awk '{print $2, $3}')
 b=$(grep -h '^accuracy' "$out/eval_graph.log" | awk '{print $2, $3}')
 if [[ -n $a && $a == "$b" ]]; then echo "PASS eval: same accuracy eager and graph ($a)" | tee -a "$summary"
@@ -97,7 +103,10 @@ else echo "CHECK eval: eager '$a' vs graph '$b' (greedy: expected equal)" | tee 
 # shellcheck source=serve_smoke.sh
 . "$(dirname "$0")/serve_smoke.sh"
 serve_check() {
-  serve_smoke "$osprey" "$model" 8241 "$out/serve.log" "$out/metrics.txt" --cuda-graph
+  serve_smoke "$osprey" "$model" 8241 "$out/serve.log" "$out/metrics.txt"  # graphs: the default
 }
 step serve_graph serve_check
+if awk '$1 == "osprey_cuda_graph_replays_total" && $2 > 0 {ok = 1} END {exit !ok}' "$out/metrics.txt"
+then echo "PASS serve: /metrics counts graph replays ($(grep '^osprey_cuda_graph' "$out/metrics.txt" | tr '\n' ' '))" | tee -a "$summary"
+else echo "FAIL serve: no graph replay in /metrics" | tee -a "$summary"; fi
 cat "$summary"

@@ -45,7 +45,7 @@ struct Args {
   int limit = 0, max_tokens = 256, batch = 0, concurrency = 32;  // batch 0: the task's default
   int zero_attention_layer = -1;
   bool indexer_recent = false, dense = false, bf16_index_keys = false;
-  bool cuda_graph = false;
+  CudaGraphFlags graphs;
 };
 
 constexpr int kArithDefaultBatch = 64, kBoxesDefaultBatch = 16;
@@ -117,7 +117,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   EngineConfig ec = offline_engine_config(c, batch, int64_t(longest), a.max_tokens);
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
-  ec.cuda_graph = a.cuda_graph;
+  ec.cuda_graph = use_cuda_graph(a.graphs, b.model->device(), b.model->parallel());
   ec.max_num_batched_tokens =
       std::max(ec.max_num_batched_tokens, batch * (1 + ec.speculative.num_speculative_tokens));
   if (ec.speculative.enabled())
@@ -262,6 +262,11 @@ void run(const Args& a) {
         spec.num_speculative_tokens, (long long)stats.spec_draft_tokens,
         (long long)stats.spec_accepted_tokens, acceptance, accepted_length, (long long)stats.steps,
         (long long)stats.generation_tokens_total);
+  if (stats.cuda_graph_replays + stats.cuda_graph_captures + stats.cuda_graph_capture_failures)
+    std::printf("cuda graphs: %lld decode steps replayed, %lld captures, %lld failed captures; "
+                "%lld engine steps\n",
+                (long long)stats.cuda_graph_replays, (long long)stats.cuda_graph_captures,
+                (long long)stats.cuda_graph_capture_failures, (long long)stats.steps);
   if (!a.outputs.empty()) {
     std::ofstream f(a.outputs);
     if (!f) fail("cannot write --outputs '", a.outputs, "'");
@@ -353,7 +358,7 @@ void register_cmd(CLI::App& app) {
                 "negative control: attend the most recent index_topk positions, not the indexer's");
   sub->add_flag("--dense", a->dense,
                 "sparsity off: attend every causal position (index_topk above any sequence)");
-  add_cuda_graph_flag(sub, a->cuda_graph);
+  add_cuda_graph_flags(sub, a->graphs);
   sub->callback([a] { run(*a); });
 }
 

@@ -23,7 +23,7 @@ struct Args {
   std::string model, tokens, prompt, system, chat_format = "auto", kv_cache_dtype = "auto",
                                              speculative_config, device = "cpu";
   bool raw = false, thinking = false, ignore_eos = false;
-  bool cuda_graph = false;
+  CudaGraphFlags graphs;
   int max_tokens = 256;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -53,12 +53,13 @@ void run_tokens(const Args& a, const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> out;
   EngineStats stats;
-  if (spec.enabled() || a.cuda_graph) {
+  const bool cuda_graph = use_cuda_graph(a.graphs, m->device(), m->parallel());
+  if (spec.enabled() || cuda_graph) {
     // Through the engine (drafts verified by the model; decode steps as CUDA graph replays),
     // greedy like the plain path.
     EngineConfig ec = offline_engine_config(m->config(), 1, int64_t(ids.size()), a.max_tokens);
     ec.speculative = spec;
-    ec.cuda_graph = a.cuda_graph;
+    ec.cuda_graph = cuda_graph;
     Engine e(*m, ec);
     SamplingParams p;
     p.temperature = 0.0f;
@@ -108,7 +109,7 @@ void run_prompt(const Args& a, const std::string& dir) {
   EngineConfig ec =
       offline_engine_config(b.model->config(), 1, int64_t(prompt.size()), a.max_tokens);
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
-  ec.cuda_graph = a.cuda_graph;
+  ec.cuda_graph = use_cuda_graph(a.graphs, b.model->device(), b.model->parallel());
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   const auto t0 = std::chrono::steady_clock::now();
   e.add_request(1, prompt, p);
@@ -165,7 +166,7 @@ void register_cmd(CLI::App& app) {
   sub->add_option("--top-k", args->top_k, "top-k sampling (0 = off)");
   sub->add_option("--seed", args->seed, "sampling seed");
   sub->add_flag("--ignore-eos", args->ignore_eos, "keep going past the end-of-sequence token");
-  add_cuda_graph_flag(sub, args->cuda_graph);
+  add_cuda_graph_flags(sub, args->graphs);
   sub->add_option("--speculative-config", args->speculative_config,
                   "speculative decoding, e.g. '{\"method\": \"mtp\", \"num_speculative_tokens\": "
                   "2}' (the model's MTP layer drafts 1 to 3 tokens; output unchanged)");

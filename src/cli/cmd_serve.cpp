@@ -51,7 +51,7 @@ struct Args {
   bool no_prefix_caching = false, enable_log_requests = false, disable_log_stats = false;
   bool enable_auto_tool_choice = false;
   bool async_scheduling = true;
-  bool cuda_graph = false;
+  CudaGraphFlags graphs;
   uint64_t seed = 0;
   double shutdown_timeout_s = 10, log_stats_interval_s = 10;
 };
@@ -293,7 +293,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.seed = a.seed;
   ec.speculative = spec;
   ec.async_scheduling = a.async_scheduling;
-  ec.cuda_graph = a.cuda_graph;
+  ec.cuda_graph = use_cuda_graph(a.graphs, bundle.model->device(), bundle.model->parallel());
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);
@@ -413,7 +413,7 @@ void register_cmd(CLI::App& app) {
                 "schedule and build step N+1 while step N runs (default on; the same outputs "
                 "as the synchronous loop; synchronous anyway with --speculative-config or a "
                 "parallel model)");
-  add_cuda_graph_flag(sub, a->cuda_graph);
+  add_cuda_graph_flags(sub, a->graphs);
   sub->add_option("--seed", a->seed, "seed for requests without one, and for dummy weights");
   sub->add_option("--shutdown-timeout", a->shutdown_timeout_s,
                   "on SIGTERM/SIGINT, seconds the requests in flight get to finish before they "

@@ -9,11 +9,22 @@ Device parse_device_flag(const std::string& device) {
   return device == "cuda" ? Device::CUDA : Device::CPU;
 }
 
-void add_cuda_graph_flag(CLI::App* sub, bool& cuda_graph) {
-  sub->add_flag("--cuda-graph", cuda_graph,
-                "run pure decode steps as replays of CUDA graphs captured per padded batch size "
-                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs; prefill and mixed steps "
-                "stay eager; GPU only; default off, the eager steps vLLM's --enforce-eager gives)");
+void add_cuda_graph_flags(CLI::App* sub, CudaGraphFlags& flags) {
+  sub->add_flag("--cuda-graph", flags.cuda_graph,
+                "require CUDA graphs for pure decode steps (the default on the GPU): a step is the "
+                "replay of a graph captured per padded batch size (vLLM's buckets 1, 2, 4, 8, 16, "
+                "... up to max_num_seqs); prefill and mixed steps stay eager; an error where "
+                "graphs cannot run (CPU, a parallel model)");
+  sub->add_flag("--enforce-eager", flags.enforce_eager,
+                "run every step eagerly, op by op (no CUDA graphs), as vLLM's --enforce-eager");
+}
+
+bool use_cuda_graph(const CudaGraphFlags& flags, Device model_device, bool parallel_model) {
+  if (flags.cuda_graph && flags.enforce_eager)
+    fail("--cuda-graph and --enforce-eager contradict each other: give one");
+  if (flags.enforce_eager) return false;
+  if (flags.cuda_graph) return true;  // the graph runner fails with the reason if it cannot
+  return model_device == Device::CUDA && !parallel_model;
 }
 
 }  // namespace osprey::cli

@@ -140,6 +140,13 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_prompt_tokens_total", "Prompt tokens computed.", double(s.prompt_tokens_total));
   counter("osprey_generation_tokens_total", "Tokens generated.", double(s.generation_tokens_total));
   counter("osprey_num_preemptions_total", "Preemptions by recompute.", double(s.num_preemptions));
+  counter("osprey_cuda_graph_replays_total", "Decode steps run as CUDA graph replays.",
+          double(s.cuda_graph_replays));
+  counter("osprey_cuda_graph_captures_total", "CUDA graphs captured (one per bucket, again when "
+          "the memory a graph points at moved).", double(s.cuda_graph_captures));
+  counter("osprey_cuda_graph_capture_failures_total",
+          "Buckets whose capture failed (their steps run eagerly).",
+          double(s.cuda_graph_capture_failures));
   // Speculative decoding (vLLM's spec_decode_* counters, and the two ratios they give).
   counter("osprey_spec_decode_num_drafts_total",
           "Verify steps: sequences that verified draft tokens, per step.", double(s.spec_verifies));

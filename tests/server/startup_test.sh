@@ -2,7 +2,8 @@
 # osprey serve's start-up checks and osprey --version (no server stays up):
 #   startup_test.sh OSPREY_BINARY
 # A KV cache too small for one max_model_len sequence, --device cuda without the CUDA backend
-# (or without a device), and bad flag values each exit 1 with a message naming the numbers.
+# (or without a device), and bad flag values each exit 1 with a message naming the numbers;
+# --cuda-graph where graphs cannot run, or with --enforce-eager, exits 1 naming why.
 set -euo pipefail
 osprey=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -41,4 +42,12 @@ run serve --port 0 --kv-cache-memory 0
 [[ $rc == 1 && $out == *"--kv-cache-memory must be a positive number of GiB, got 0"* ]] || fail "bad --kv-cache-memory: $out"
 run serve --port 0 --device tpu
 [[ $rc == 1 && $out == *"--device must be cpu or cuda, got 'tpu'"* ]] || fail "bad --device: $out"
+# CUDA graphs: on by default on the GPU only; --cuda-graph insists (a CPU model refuses it), and
+# it contradicts --enforce-eager.
+run serve --port 0 --cuda-graph --enforce-eager
+[[ $rc == 1 && $out == *"--cuda-graph and --enforce-eager contradict each other"* ]] || fail "--cuda-graph with --enforce-eager: $out"
+run generate --tokens 1,2,3 --max-tokens 2 --cuda-graph
+[[ $rc == 1 && $out == *"CUDA graphs (--cuda-graph) need"* ]] || fail "--cuda-graph on the CPU: $out"
+run generate --tokens 1,2,3 --max-tokens 2 --enforce-eager
+[[ $rc == 0 ]] || fail "generate --enforce-eager on the CPU: exit status $rc: $out"
 echo "startup_test: all checks passed"
