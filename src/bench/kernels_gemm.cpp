@@ -126,8 +126,11 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     const size_t b = owned.size() - 3;
     experts.push_back({owned[b].lw(), owned[b + 1].lw(), owned[b + 2].lw()});
   }
-  std::vector<int64_t> ns = {1, 16, 64, 128, 5000};
-  if (o.quick) ns = {64, 5000};
+  // Past 128 tokens (prefill chunks: 2048 is the default chunk) the time_us column is the
+  // swap-AB variant with 64-row tiles (ops/gemm.h set_fp8_moe_prefill_swapab), wmma_us the
+  // mainline's WMMA grouped GEMM.
+  std::vector<int64_t> ns = {1, 16, 64, 128, 512, 2048, 5000};
+  if (o.quick) ns = {64, 2048};
   std::printf("\n%-26s %6s %7s %10s %7s %6s %8s %6s %11s %8s %6s %9s\n",
               "moe layer (256 x [2048x7168])", "tokens", "experts", "time_us", "GB/s", "%copy",
               "TFLOP/s", "%fp8", "wmma_us", "GB/s", "%copy", "rel_diff");
@@ -163,8 +166,11 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     const double wbytes = double(touched.size()) * 3.0 * double(I) * double(D);
     const double bytes = wbytes + double(n) * double(D) * 4;
     const double flops = 2.0 * double(n * K) * 3.0 * double(I) * double(D);
+    const bool prefill_variant = ops::cuda::fp8_moe_prefill_swapab();
+    ops::cuda::set_fp8_moe_prefill_swapab(true);
     auto ours = [&] { ops::moe_experts(out, x, ids, wts, experts); };
     const ops::cuda::Timing t = ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes);
+    ops::cuda::set_fp8_moe_prefill_swapab(prefill_variant);
     ops::cuda::set_fp8_swapab(false);
     auto wmma = [&] { ops::moe_experts(out_w, x, ids, wts, experts); };
     const ops::cuda::Timing tw = ops::cuda::time_events(wmma, o.warmup, o.iters, kKernelFlushBytes);
@@ -174,7 +180,7 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     const double s = t.median_ms * 1e-3, sw = tw.median_ms * 1e-3;
     std::printf(
         "%-26s %6lld %7zu %10.1f %7.0f %5.1f%% %8.1f %5.1f%% %11.1f %8.0f %5.1f%% %9.2e%s\n",
-        n > 128   ? "prefill (WMMA, W8A16)"
+        n > 128   ? "prefill: 64-row swap-AB"
         : uniform ? "decode, uniform routing"
                   : "decode, V3.2 router",
         static_cast<long long>(n), touched.size(), t.median_ms * 1e3, bytes / s / 1e9,
@@ -187,8 +193,10 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
   std::printf(
       "(V3.2's routed experts: 256 × gate/up/down e4m3 with 128×128 scales, top-8 of 8 groups by "
       "its router on random logits; bytes = the touched experts' weights + x + out; wmma = the "
-      "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel; rel_diff = the two paths' "
-      "outputs (W8A8 vs W8A16 arithmetic); median of %d after %d warm-up, L2 flushed)\n",
+      "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel (the mainline past 128 tokens); "
+      "prefill rows' time_us = the swap-AB kernel with 64-row tiles (a variant: "
+      "OSPREY_MOE_PREFILL=swapab); rel_diff = the two paths' outputs (W8A8 vs W8A16 arithmetic); "
+      "median of %d after %d warm-up, L2 flushed)\n",
       o.iters, o.warmup);
 }
 }  // namespace

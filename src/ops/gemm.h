@@ -65,6 +65,12 @@ const char* last_fp8_gemm_path();
 // (ops/cuda/gemm/fp8_swapab.cu) serves the dense linears (n ≤ 128) and the routed experts
 // (n ≤ 128 tokens); default true unless OSPREY_FP8_SWAPAB=0. Its CPU twin is cpu::linear_w8a8.
 void set_fp8_swapab(bool allow);
+// FP8 routed experts past 128 tokens (prefill chunks): the same W8A8 swap-AB kernel with tiles of
+// 64 rows of an expert (each expert's weights streamed once per 64 of its rows) instead of the
+// WMMA W8A16 grouped GEMM. A kernel variant: off by default until the benchmark shows it the
+// faster (bench kernels --op moe times both); OSPREY_MOE_PREFILL=swapab turns it on.
+void set_fp8_moe_prefill_swapab(bool on);
+bool fp8_moe_prefill_swapab();
 }  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

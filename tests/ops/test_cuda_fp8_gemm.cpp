@@ -262,5 +262,32 @@ TEST(CudaOps, MoeExpertsFp8DecodePathMatchesW8A8Twin) {
   }
 }
 
+// The prefill variant (ops::cuda::set_fp8_moe_prefill_swapab): past 128 tokens the same W8A8
+// arithmetic with 64-row tiles, so the same twin and tolerance. Cases: full and partial tiles
+// (n·K/E rows an expert: 150 → 2 tiles of 64 + 1 of 22 at E = 16), an expert in every token (n
+// rows: 4 tiles, the last partial), idle experts, V3.2's widths once.
+TEST(CudaOps, MoeExpertsFp8PrefillVariantMatchesW8A8Twin) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  ops::cuda::set_fp8_moe_prefill_swapab(true);
+  {
+    const int64_t E = 16, D = 1024, I = 256, K = 8;
+    const Experts ex(E, D, I);
+    for (int64_t n : {129, 300, 1000}) {
+      moe_case(ex, n, K, route_ids(n, K, expert_range(0, 16)), DType::BF16, DType::F32,
+               "fp8 prefill experts E16 [256x1024] uniform n=" + std::to_string(n));
+    }
+    moe_case(ex, 200, K, route_ids(200, K, expert_range(4, 15), 3), DType::F32, DType::BF16,
+             "fp8 prefill experts E16 one hot + idle n=200, x F32 out BF16");
+  }
+  {
+    const int64_t E = 16, D = 7168, I = 2048, K = 8;  // V3.2's expert widths
+    const Experts ex(E, D, I);
+    moe_case(ex, 136, K, route_ids(136, K, expert_range(0, 16)), DType::BF16, DType::F32,
+             "fp8 prefill experts E16 [2048x7168] uniform n=136");
+  }
+  ops::cuda::set_fp8_moe_prefill_swapab(false);
+}
+
 }  // namespace
 }  // namespace osprey

@@ -23,15 +23,20 @@
 //   gate/up with silu·mul and the 1×128 quantisation of h fused (h8 [n·K, I], hs [n·K, I/128]);
 //   down (y [n·K, D] F32); the same combine. Its CPU twin is the composition of
 //   ops::cpu::linear_w8a8 (gate, up, down) with silu·mul in F32 (tests/ops/test_cuda_fp8_gemm).
+//   Past kSwapAbMoeMaxTokens, with ops/gemm.h set_fp8_moe_prefill_swapab (a variant, off by
+//   default): the same 5 launches with tiles of kSwapAbMoePrefillTileRows (64) rows, the same twin.
 //   x [n, D], out [n, D]: F32 or BF16. Experts: BF16 or F8_E4M3 + 128×128 scales, all of one
 //   dtype and shape, D and I multiples of 16 (moe_gemm.cu's preconditions); E ≤ 1024.
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/cuda/moe_experts.cuh"
+#include "ops/gemm.h"
 #include "ops/moe.h"
 
 namespace osprey::ops::cuda {
@@ -42,6 +47,11 @@ constexpr int kMaxExperts = 1024;
 // 64-row tiles and the routed experts become compute-bound.
 constexpr int64_t kSwapAbMoeMaxTokens = 128;
 constexpr int kMaxTopk = 32;
+
+bool g_moe_prefill_swapab = [] {
+  const char* e = std::getenv("OSPREY_MOE_PREFILL");
+  return e && std::string_view(e) == "swapab";
+}();
 
 struct ArgMax {
   float v;
@@ -255,12 +265,13 @@ MoeIndex moe_index_scratch(int64_t rows, int64_t E, int64_t max_tiles) {
       scratch(kScratchMoeIndex, size_t(tiles_at + 4 * max_tiles) * sizeof(int32_t)));
   return {index, index + rows, index + 2 * rows, reinterpret_cast<MoeTile*>(index + tiles_at)};
 }
-// The FP8 decode path of moe_experts (see the header): same permutation contract with 16-row
-// tiles, the swap-AB kernels, the same combine.
-void moe_experts_fp8_decode(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                            const MoeExpertPtrs* table, int64_t E, int64_t D, int64_t I) {
+// The FP8 swap-AB path of moe_experts (see the header): same permutation contract with tiles of
+// tile_rows rows (16 at decode, 64 for prefill chunks), the swap-AB kernels, the same combine.
+void moe_experts_fp8_swapab(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
+                            const MoeExpertPtrs* table, int64_t E, int64_t D, int64_t I,
+                            int tile_rows) {
   const int64_t n = x.size(0), K = topk_ids.size(1), rows = n * K;
-  const int64_t max_tiles = moe_max_tiles(rows, E, kSwapAbMoeTileRows);
+  const int64_t max_tiles = moe_max_tiles(rows, E, tile_rows);
   const MoeIndex ix = moe_index_scratch(rows, E, max_tiles);
   int32_t *perm = ix.perm, *inv = ix.inv, *offsets = ix.offsets;
   MoeTile* tiles = ix.tiles;
@@ -277,9 +288,10 @@ void moe_experts_fp8_decode(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_w
       static_cast<float*>(scratch(kScratchMoeY, size_t(rows * D) * sizeof(float)));  // [rows, D]
   launch_quantize_rows(x8, xs, x.data, x.dtype, n, D);
   launch_moe_permute(perm, inv, offsets, tiles, topk_ids.ptr<int32_t>(), int(rows), int(E),
-                     int(max_tiles), kSwapAbMoeTileRows);
-  launch_fp8_swapab_moe_gate_up(h8, hs, x8, xs, tiles, int(max_tiles), table, perm, int(K), D, I);
-  launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I);
+                     int(max_tiles), tile_rows);
+  launch_fp8_swapab_moe_gate_up(h8, hs, x8, xs, tiles, int(max_tiles), table, perm, int(K), D, I,
+                                tile_rows);
+  launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I, tile_rows);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     moe_combine_kernel<To><<<unsigned(n), 256, 0, stream()>>>(static_cast<To*>(out.data), y, inv,
                                                               topk_weights.f32(), int(K), D);
@@ -287,6 +299,13 @@ void moe_experts_fp8_decode(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_w
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 }  // namespace
+
+void set_fp8_moe_prefill_swapab(bool on) {
+  g_moe_prefill_swapab = on;
+}
+bool fp8_moe_prefill_swapab() {
+  return g_moe_prefill_swapab;
+}
 
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p) {
@@ -336,8 +355,11 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
   int64_t I = 0;
   const MoeExpertPtrs* table = expert_table(experts, D, weight_type, I);
   if (weight_type == DType::F8_E4M3 && fp8_swapab_enabled() && device_is_sm90() &&
-      n <= kSwapAbMoeMaxTokens && D % kFp8BlockSize == 0 && I % kFp8BlockSize == 0) {
-    moe_experts_fp8_decode(out, x, topk_ids, topk_weights, table, E, D, I);
+      D % kFp8BlockSize == 0 && I % kFp8BlockSize == 0 &&
+      (n <= kSwapAbMoeMaxTokens || g_moe_prefill_swapab)) {
+    moe_experts_fp8_swapab(out, x, topk_ids, topk_weights, table, E, D, I,
+                           n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows
+                                                    : kSwapAbMoePrefillTileRows);
     return;
   }
   const int64_t max_tiles = moe_max_tiles(rows, E);

@@ -584,28 +584,43 @@ Params moe_params(const MoeTile* tiles, const MoeExpertPtrs* experts, const uint
   p.splits = 1;
   return p;
 }
+void check_moe_tile_rows(int tile_rows) {
+  OSPREY_CHECK(tile_rows == kSwapAbMoeTileRows || tile_rows == kSwapAbMoePrefillTileRows,
+               "fp8_swapab_moe: tiles of ", kSwapAbMoeTileRows, " or ", kSwapAbMoePrefillTileRows,
+               " rows, not ", tile_rows);
+}
 }  // namespace
 
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
                                    const MoeTile* tiles, int max_tiles,
                                    const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
-                                   int64_t D, int64_t I) {
+                                   int64_t D, int64_t I, int tile_rows) {
   Params p = moe_params(tiles, experts, x8, xs, I, D);
+  check_moe_tile_rows(tile_rows);
   if (max_tiles == 0) return;
   p.perm = perm;
   p.top_k = top_k;
   p.h8 = h8;
   p.hs = hs;
-  static_assert(kSwapAbMoeTileRows == 16);
-  launch<kSwapAbMoeTileRows, kGateUp, 1, float>(p, dim3(unsigned(I / kBM), unsigned(max_tiles), 1));
+  const dim3 grid(unsigned(I / kBM), unsigned(max_tiles), 1);
+  if (tile_rows == kSwapAbMoeTileRows)
+    launch<kSwapAbMoeTileRows, kGateUp, 1, float>(p, grid);
+  else
+    launch<kSwapAbMoePrefillTileRows, kGateUp, 1, float>(p, grid);
 }
 
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
-                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I) {
+                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I,
+                                int tile_rows) {
   Params p = moe_params(tiles, experts, h8, hs, D, I);
+  check_moe_tile_rows(tile_rows);
   if (max_tiles == 0) return;
   p.y = y;
-  launch<kSwapAbMoeTileRows, kDown, 2, float>(p, dim3(unsigned(D / kBM), unsigned(max_tiles), 1));
+  const dim3 grid(unsigned(D / kBM), unsigned(max_tiles), 1);
+  if (tile_rows == kSwapAbMoeTileRows)
+    launch<kSwapAbMoeTileRows, kDown, 2, float>(p, grid);
+  else
+    launch<kSwapAbMoePrefillTileRows, kDown, 2, float>(p, grid);
 }
 
 }  // namespace osprey::ops::cuda

@@ -20,6 +20,10 @@ namespace osprey::ops::cuda {
 
 // Rows of one expert per tile of the decode MoE path (the swap-AB kernel's token tile, BN).
 constexpr int kSwapAbMoeTileRows = 16;
+// The same for prefill-sized calls (ops/gemm.h set_fp8_moe_prefill_swapab): 64 rows a tile, so an
+// expert's weights are streamed once per 64 of its rows (a 2048-token chunk gives V3.2's 256
+// experts 64 rows each on average) and a block's wgmma is m64n64k32.
+constexpr int kSwapAbMoePrefillTileRows = 64;
 // Largest token count the dense swap-AB launcher takes (tiles of 32 tokens past 32). The dispatch
 // uses it up to 32 tokens (fp8_swapab.cu g_max_tokens says why); above, cuBLASLt's block-scaled
 // FP8 GEMM runs.
@@ -45,15 +49,17 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
                               const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
                               int64_t K);
 
-// Grouped experts over a kSwapAbMoeTileRows schedule (moe_schedule.h with that tile size):
+// Grouped experts over a schedule of tile_rows-row tiles (moe_schedule.h with that tile size;
+// tile_rows kSwapAbMoeTileRows or kSwapAbMoePrefillTileRows):
 // h8 [rows, I] e4m3, hs [rows, I/128] = quantised silu(xs·gateᵀ) ⊙ (xs·upᵀ), xs[r] = the
 // quantised x row perm[r] / top_k (x8 [n_tokens, D], xs [n_tokens, D/128]). I, D multiples of 128.
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
                                    const MoeTile* tiles, int max_tiles,
                                    const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
-                                   int64_t D, int64_t I);
+                                   int64_t D, int64_t I, int tile_rows);
 // y [rows, D] F32 = h8 · downᵀ block-scaled, per tile with its expert's down.
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
-                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I);
+                                int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I,
+                                int tile_rows);
 
 }  // namespace osprey::ops::cuda
