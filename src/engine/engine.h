@@ -152,6 +152,11 @@ struct EngineStats {
   // Steps that ran eagerly with CUDA graphs on, by the runner's reason (prefill and mixed steps
   // count as "not a pure decode ..."; a decode step here says why graphs did not engage).
   std::map<std::string, int64_t> cuda_graph_eager_steps;
+  // Graph steps sampled inside the graph (only their ids came back), and graph steps whose
+  // sampling ran on the host path after the replay (the Sampler over the logits), by the runner's
+  // reason (cuda_graph_sampling_unsupported).
+  int64_t cuda_graph_sampled_steps = 0;
+  std::map<std::string, int64_t> cuda_graph_host_sampling_steps;
   StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
@@ -220,10 +225,25 @@ class Engine {
     bool follows = false;            // launched right after the previous step was sampled
     Clock::time_point prev_sampled;  // when that previous step's ids arrived
     double sample_seconds = 0;       // its own sampling, once sampled
+    // A pure decode step with CUDA graphs: its rows were prepared at the launch (Sampler::prepare)
+    // and may be sampled inside the graph (null otherwise: sampled after the forward). Owned
+    // apart, so that the executor's pointer to it survives moving the Launched.
+    std::unique_ptr<GraphSampling> graph_sampling;
   };
   // The model step on the executor: a CUDA graph replay where graphs_ takes it, else eager.
+  // sampling: the step's prepared rows, to sample inside the graph (null: logits only).
   void run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
-                   const ForwardOptions& fo);
+                   const ForwardOptions& fo, GraphSampling* sampling = nullptr);
+  // With CUDA graphs, for a pure decode step: prepares the sampled rows of `plan` in the Sampler
+  // before the launch (pending: the in-flight step's token of each sequence that has one, with
+  // async scheduling) and returns what the graph samples from; null when the step is no
+  // candidate for a graph (it is then sampled after the forward as before).
+  std::unique_ptr<GraphSampling> prepare_graph_sampling(
+      const StepPlan& plan, const ForwardBatch& batch,
+      const std::vector<std::pair<const Sequence*, int32_t>>& pending);
+  // The step's results from a prepared sampling: the graph's ids, or the Sampler over the logits.
+  void finish_graph_sampling(const GraphSampling& gs, Tensor logits,
+                             std::vector<SampleResult>* results);
   std::vector<RequestOutput> step_sync();
   std::vector<RequestOutput> step_async();
   // Waits for the launched step's forward and samples its rows into *results.
