@@ -133,6 +133,7 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
         fail("CUDA graph capture size ", b,
              " is outside [1, max_num_seqs = ", sched_cfg_.max_num_seqs, "]");
     graphs_ = std::make_unique<CudaGraphRunner>(model, std::move(sizes));
+    graph_sampling_ = cfg.cuda_graph_sampling;
     // The penalty slots of a full batch from the start: the sampling graphs point at them, and a
     // growth (which moves them) would re-capture every bucket.
     sampler_.reserve(model.device(), int(model.config().vocab_size), sched_cfg_.max_num_seqs);
@@ -149,7 +150,8 @@ void Engine::run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits
 std::unique_ptr<GraphSampling> Engine::prepare_graph_sampling(
     const StepPlan& plan, const ForwardBatch& batch,
     const std::vector<std::pair<const Sequence*, int32_t>>& pending) {
-  if (!graphs_ || drafter_ || !cuda_graph_ineligible(batch).empty()) return nullptr;
+  if (!graphs_ || !graph_sampling_ || drafter_ || !cuda_graph_ineligible(batch).empty())
+    return nullptr;
   const int eos = model_.config().eos_token_id;
   std::vector<SamplingRow> rows;
   for (const ScheduledSeq& e : plan.seqs) {

@@ -68,6 +68,10 @@ struct EngineConfig {
   // prefill, mixed and speculative verify steps stay eager. Needs the model on the GPU (not
   // parallel): the Engine fails at construction otherwise.
   bool cuda_graph = false;
+  // With cuda_graph: pure decode steps are sampled inside their graph and only the ids come back
+  // (cuda_graph_runner.h). false: the graphs end with the logits and the Sampler runs after the
+  // replay (the reference the GPU tests compare the in-graph sampling with, token for token).
+  bool cuda_graph_sampling = true;
   std::vector<int> cuda_graph_capture_sizes;  // empty: cuda_graph_capture_sizes(max_num_seqs)
 };
 
@@ -272,6 +276,7 @@ class Engine {
   Sampler sampler_;
   std::unique_ptr<MtpDrafter> drafter_;      // speculative decoding only
   std::unique_ptr<CudaGraphRunner> graphs_;  // EngineConfig::cuda_graph only
+  bool graph_sampling_ = false;              // EngineConfig::cuda_graph_sampling (with graphs_)
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;
   uint64_t arrivals_ = 0;
