@@ -494,7 +494,7 @@ struct SampleRequest {
 };
 std::vector<SampleRequest> sample_requests(int B, int V, std::mt19937& g) {
   std::uniform_int_distribution<int> tok(2, V - 1);
-  std::vector<SampleRequest> reqs(size_t(B));
+  std::vector<SampleRequest> reqs(static_cast<size_t>(B));
   for (int r = 0; r < B; ++r) {
     SampleRequest& q = reqs[size_t(r)];
     q.seed = 1000 + uint64_t(r);
