@@ -245,7 +245,9 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
 // after those changes and measured on the H200 (2026-12-01: dense 41, MoE 50, DSA 12 with the
 // indexer on): the test prints the measured counts. A change that adds (or removes) a kernel must
 // change these on purpose. Layer 0 has one more (mla_plan: the split-KV plan, built once a step,
-// reused by every layer); the differencing below measures layers past 0.
+// reused by every layer); the differencing below measures layers past 0. These budgets are read
+// from the logits-only graph; the engine's decode graph (sampling inside it) adds exactly one
+// kernel per step, not per layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
 //   attention without the indexer (22):
 //     quantize_rows(x)         x → e4m3 once for q_a_proj, kv_a_proj (and the indexer's wk)
 //     fp8_swapab × 2           q_a_proj, kv_a_proj
