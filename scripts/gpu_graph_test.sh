@@ -8,7 +8,12 @@
 #   graph_step       test_cuda_graph_step: replay vs eager (bundled model + a random small
 #                    V3.2-like model) at B = 1, 2, 3, 5, 8, 9, 13, 16; no memset / host node and
 #                    the per-layer kernel budget; the shrink-tail rule on the device metadata; the
-#                    engine's greedy tokens with --cuda-graph (sync and async) = eager.
+#                    engine's greedy tokens with --cuda-graph (sync and async) = eager; sampling
+#                    inside the graph = the Sampler on the same logits token for token (greedy,
+#                    seeded random, penalties, min_tokens, logprobs; B = 1, 3, 5, 8, 13), the
+#                    sampling graph = the logits graph + 1 sample kernel, ids-only read-back, the
+#                    sampling rows' shrink tail, the engine's in-graph = host sampling (sync and
+#                    async) and its counted fallback (GRAPHSAMPLE lines).
 #   graph_ops        test_cuda_graph: the single-op budgets, and V3.2's cuBLASLt GEMMs at their real
 #                    widths (lm_head, router gate, weights_proj; FP8 past 32 tokens) at 1, 16, 64
 #                    tokens: no memset node (lt_matmul's choice of a memset-free candidate).

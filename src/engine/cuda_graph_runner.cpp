@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/sample.h"
 
 #ifdef OSPREY_WITH_CUDA
 #include "core/device_buffer.h"
@@ -51,6 +52,48 @@ std::string cuda_graph_ineligible(const ForwardBatch& b) {
   return "";
 }
 
+std::string cuda_graph_sampling_unsupported(const GraphSampling& s, int n_seqs, int bucket) {
+  if (!s.rows || !s.lists) return "no prepared sampling rows";
+  if (int64_t(s.rows->size()) != n_seqs) return "not one prepared sampling row per sequence";
+  if (s.n_logprob_rows < 0 || s.n_logprob_rows > n_seqs) return "logprob rows beyond the batch";
+  if (int64_t(s.lists->size()) > int64_t(bucket) * kGraphSampleListPerRow)
+    return "token lists beyond the bucket's capacity (a new penalty slot's prompt, or many stop "
+           "ids "
+           "under min_tokens)";
+  bool slots = false;
+  for (const SampleRowParams& p : *s.rows) {
+    slots |= p.penalty_slot >= 0;
+    if (p.logprobs >= 0 && (p.logprob_row < 0 || p.logprob_row >= s.n_logprob_rows))
+      return "logprob rows beyond the batch";
+  }
+  if (slots && (s.output_counts.device != Device::CUDA || s.prompt_mask.device != Device::CUDA ||
+                s.output_counts.dim() != 2))
+    return "the penalty state is not on the GPU";
+  return "";
+}
+
+SampleRowParams graph_padding_sample_row() {
+  SampleRowParams p;
+  p.temperature = 0.0f;  // greedy: one argmax pass, no draw
+  p.logprobs = -1;
+  p.penalty_slot = -1;
+  return p;
+}
+
+int stage_graph_sample_rows(SampleRowParams* staged, int bucket, int prev_real,
+                            const std::vector<SampleRowParams>& rows) {
+  const int n = int(rows.size());
+  OSPREY_CHECK(n >= 1 && n <= bucket, n, " sampling rows for a bucket of ", bucket);
+  std::memcpy(staged, rows.data(), size_t(n) * sizeof(SampleRowParams));
+  const int was_real = prev_real < 0 ? bucket : prev_real;
+  int rewritten = 0;
+  for (int r = n; r < std::min(was_real, bucket); ++r) {
+    staged[r] = graph_padding_sample_row();
+    ++rewritten;
+  }
+  return rewritten;
+}
+
 bool CudaGraphRunner::eager(const std::string& why) {
   const std::lock_guard<std::mutex> lock(eager_mu_);
   ++eager_reasons_[why];
@@ -62,6 +105,11 @@ std::map<std::string, int64_t> CudaGraphRunner::eager_reasons() const {
   return eager_reasons_;
 }
 
+std::map<std::string, int64_t> CudaGraphRunner::host_sampling_reasons() const {
+  const std::lock_guard<std::mutex> lock(eager_mu_);
+  return host_sampling_reasons_;
+}
+
 #ifndef OSPREY_WITH_CUDA
 
 struct CudaGraphRunner::Bucket {};
@@ -71,11 +119,17 @@ CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> ca
   fail("CUDA graphs (--cuda-graph) need the CUDA backend: this build has none");
 }
 CudaGraphRunner::~CudaGraphRunner() = default;
-bool CudaGraphRunner::forward(const ForwardBatch&, PagedKVCache&, Tensor) {
+bool CudaGraphRunner::forward(const ForwardBatch&, PagedKVCache&, Tensor, GraphSampling*) {
   return false;
 }
 const ForwardBatch* CudaGraphRunner::device_batch(int) const {
   return nullptr;
+}
+Tensor CudaGraphRunner::device_sample_rows(int) const {
+  return {};
+}
+Tensor CudaGraphRunner::device_sampled_ids(int) const {
+  return {};
 }
 
 #else
@@ -90,20 +144,36 @@ size_t aligned(size_t n) {
 }
 }  // namespace
 
-struct CudaGraphRunner::Bucket {
-  int size = 0;
-  Buffer host;  // U8 [bytes] the staging twin of dev
-  Storage dev;  // U8 [bytes] on the device: the metadata the graph reads
-  size_t bytes = 0;
-  ForwardBatch host_view, dev_batch;  // the same pieces in host and device memory
-  int prev_real = -1;                 // real rows of the last step (−1: never staged)
-  int32_t pad_block = -1;             // the block padding rows read (row 0's first block)
-  bool uncapturable = false;          // a capture failed: this bucket's steps run eagerly
+namespace {
+// One captured graph of a bucket and what it was captured over (a change means re-capture).
+struct GraphOf {
   cuda::CudaGraph graph;
-  // What the graph was captured over; a change means re-capture.
   uint64_t epoch = 0, ws_generation = 0;
   const void* logits = nullptr;
   const void* cache = nullptr;
+  const void* prompt_mask = nullptr;  // the Sampler's penalty state (the sampling graph only)
+  const void* output_counts = nullptr;
+};
+}  // namespace
+
+struct CudaGraphRunner::Bucket {
+  int size = 0;
+  Buffer host;  // U8 [bytes] the staging twin of dev
+  Storage dev;  // U8 [bytes] on the device: the metadata (and sampling rows) the graph reads
+  size_t bytes = 0;
+  size_t sample_at = 0, lists_at = 0;  // byte offsets of sample_rows and token_lists in the region
+  ForwardBatch host_view, dev_batch;   // the same pieces in host and device memory
+  Tensor host_rows, dev_rows;          // [size, sizeof(SampleRowParams)] U8: sample_rows
+  Tensor host_lists, dev_lists;        // [size · kGraphSampleListPerRow] I32: token_lists
+  // The output region: sampled_ids [size] I32 | logprobs [size, 1 + K] F32 | top_ids [size, K] I32.
+  Buffer out_host;
+  Storage out_dev;
+  Tensor host_ids, dev_ids, host_lp, dev_lp, host_top, dev_top;
+  int prev_real = -1;         // real rows of the last step (−1: never staged)
+  int prev_sample_real = -1;  // real rows of the last step that sampled in the graph
+  int32_t pad_block = -1;     // the block padding rows read (row 0's first block)
+  bool uncapturable = false;  // a capture failed: this bucket's steps run eagerly
+  GraphOf plain, sampled;     // the logits-only graph and the graph with sampling
 };
 
 CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> capture_sizes)
@@ -153,6 +223,14 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
     offsets[i] = k.bytes;
     k.bytes += aligned(size_t(shape_numel(pieces[i].shape)) * dtype_size(pieces[i].dtype));
   }
+  // The sampling pieces last: a logits-only step copies the region up to sample_at, a sampling
+  // step up to the token lists it uses.
+  const int64_t row_bytes = int64_t(sizeof(SampleRowParams));
+  const int64_t list_cap = n * kGraphSampleListPerRow;
+  k.sample_at = k.bytes;
+  k.bytes += aligned(size_t(n * row_bytes));
+  k.lists_at = k.bytes;
+  k.bytes += aligned(size_t(list_cap) * sizeof(int32_t));
   k.host = Buffer::zeros(DType::U8, {int64_t(k.bytes)});  // once, at creation: no stale bytes
   k.dev = Storage(Device::CUDA, DType::U8, {int64_t(k.bytes)});
   auto* hb = static_cast<char*>(k.host.view().data);
@@ -161,6 +239,27 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
     *pieces[i].host = Tensor{hb + offsets[i], pieces[i].dtype, pieces[i].shape, Device::CPU};
     *pieces[i].dev = Tensor{db + offsets[i], pieces[i].dtype, pieces[i].shape, Device::CUDA};
   }
+  k.host_rows = Tensor{hb + k.sample_at, DType::U8, {n, row_bytes}, Device::CPU};
+  k.dev_rows = Tensor{db + k.sample_at, DType::U8, {n, row_bytes}, Device::CUDA};
+  k.host_lists = Tensor{hb + k.lists_at, DType::I32, {list_cap}, Device::CPU};
+  k.dev_lists = Tensor{db + k.lists_at, DType::I32, {list_cap}, Device::CUDA};
+  // Every row starts as a padding row (so that a sampling graph never reads an unstaged row).
+  auto* staged = reinterpret_cast<SampleRowParams*>(k.host_rows.data);
+  for (int r = 0; r < size; ++r) staged[r] = graph_padding_sample_row();
+  // The output region (written by the sampling kernel only: never filled).
+  const size_t lp_at = aligned(size_t(n) * sizeof(int32_t));
+  const size_t top_at = lp_at + aligned(size_t(n) * (1 + kMaxTopLogprobs) * sizeof(float));
+  const size_t out_bytes = top_at + aligned(size_t(n) * kMaxTopLogprobs * sizeof(int32_t));
+  k.out_host = Buffer(DType::U8, {int64_t(out_bytes)});
+  k.out_dev = Storage(Device::CUDA, DType::U8, {int64_t(out_bytes)});
+  auto* ho = static_cast<char*>(k.out_host.view().data);
+  auto* dout = static_cast<char*>(k.out_dev.view().data);
+  k.host_ids = Tensor{ho, DType::I32, {n}, Device::CPU};
+  k.dev_ids = Tensor{dout, DType::I32, {n}, Device::CUDA};
+  k.host_lp = Tensor{ho + lp_at, DType::F32, {n, 1 + kMaxTopLogprobs}, Device::CPU};
+  k.dev_lp = Tensor{dout + lp_at, DType::F32, {n, 1 + kMaxTopLogprobs}, Device::CUDA};
+  k.host_top = Tensor{ho + top_at, DType::I32, {n, kMaxTopLogprobs}, Device::CPU};
+  k.dev_top = Tensor{dout + top_at, DType::I32, {n, kMaxTopLogprobs}, Device::CUDA};
   for (ForwardBatch* b : {&h, &d}) {
     b->attn.n_seqs = size;
     b->attn.n_tokens = size;
@@ -181,7 +280,7 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
   return k;
 }
 
-void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b) {
+void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b, const GraphSampling* sampling) {
   const int B = b.attn.n_seqs, Bp = k.size, bs = b.attn.block_size;
   const int64_t W = max_blocks_;
   ForwardBatch& h = k.host_view;
@@ -222,16 +321,50 @@ void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b) {
   }
   k.prev_real = B;
   k.pad_block = pad_block;
-  // One host→device copy of the region (synchronous like the eager step's metadata copy).
-  cuda::copy(k.dev.view(), k.host.view());
-  last_copy_bytes = int64_t(k.bytes);
+  // The sampling rows (shrink-tail over the steps that sampled in the graph) and the lists.
+  size_t copy_bytes = k.sample_at;
+  last_sample_row_rewrites = 0;
+  if (sampling) {
+    last_sample_row_rewrites =
+        stage_graph_sample_rows(reinterpret_cast<SampleRowParams*>(k.host_rows.data), Bp,
+                                k.prev_sample_real, *sampling->rows);
+    k.prev_sample_real = B;
+    const std::vector<int32_t>& lists = *sampling->lists;
+    if (!lists.empty())
+      std::memcpy(k.host_lists.data, lists.data(), lists.size() * sizeof(int32_t));
+    copy_bytes = k.lists_at + lists.size() * sizeof(int32_t);
+  }
+  // One host→device copy of the region up to what the step uses (synchronous like the eager
+  // step's metadata copy).
+  cuda::copy(k.dev.view().rows(0, int64_t(copy_bytes)), k.host.view().rows(0, int64_t(copy_bytes)));
+  last_copy_bytes = int64_t(copy_bytes);
 }
 
-bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits) {
+void CudaGraphRunner::read_back(Bucket& k, int n, GraphSampling* s) {
+  // Only the ids of the real rows, and the logprob rows of the rows that asked.
+  cuda::copy(k.host_ids.rows(0, n), k.dev_ids.rows(0, n));
+  last_download_bytes = int64_t(n) * int64_t(sizeof(int32_t));
+  const int n_lp = s->n_logprob_rows;
+  if (n_lp > 0) {
+    cuda::copy(k.host_lp.rows(0, n_lp), k.dev_lp.rows(0, n_lp));
+    cuda::copy(k.host_top.rows(0, n_lp), k.dev_top.rows(0, n_lp));
+    last_download_bytes += int64_t(n_lp) * (1 + 2 * kMaxTopLogprobs) * 4;
+  }
+  s->sampled = true;
+  s->tokens = k.host_ids.ptr<int32_t>();
+  s->logprobs = n_lp > 0 ? k.host_lp.f32() : nullptr;
+  s->top_ids = n_lp > 0 ? k.host_top.ptr<int32_t>() : nullptr;
+  ++graph_sampled_;
+}
+
+bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
+                              GraphSampling* sampling) {
+  if (sampling) sampling->sampled = false;
   if (std::string why = cuda_graph_ineligible(batch); !why.empty()) return eager(why);
   // The indexer_recent control copies through the host (an eval diagnostic): eager.
   if (model_.ablation().indexer_recent) return eager("the indexer_recent ablation");
-  const int Bp = cuda_graph_bucket(sizes_, batch.attn.n_seqs);
+  const int B = batch.attn.n_seqs;
+  const int Bp = cuda_graph_bucket(sizes_, B);
   if (Bp == 0) return eager("batch larger than every capture size");
   if (logits.device != Device::CUDA || logits.dtype != DType::F32)
     return eager("logits not F32 on the GPU");
@@ -239,46 +372,79 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   if (cache.device() != Device::CUDA) return eager("KV cache not on the GPU");
   Bucket& k = bucket(Bp, int(batch.attn.block_table.size(1)), batch.attn.block_size);
   if (k.uncapturable) return eager("the bucket's capture failed");
-  stage(k, batch);
+  bool in_graph = false;
+  if (sampling) {
+    const std::string why = cuda_graph_sampling_unsupported(*sampling, B, Bp);
+    if (why.empty()) {
+      in_graph = true;
+    } else {
+      const std::lock_guard<std::mutex> lock(eager_mu_);
+      ++host_sampling_reasons_[why];
+    }
+  }
+  stage(k, batch, in_graph ? sampling : nullptr);
+  last_download_bytes = 0;
   const Tensor out = logits.rows(0, Bp);  // [Bp, vocab]: the padding rows' logits too
-  const bool stale = k.graph.empty() || k.epoch != ops::cuda::device_memory_epoch() ||
-                     k.ws_generation != model_.workspace_generation() || k.logits != out.data ||
-                     k.cache != cache.latent(0).data;
+  GraphOf& g = in_graph ? k.sampled : k.plain;
+  // The sampling kernel over the bucket's rows (padding rows included: greedy, stateless).
+  SampleMeta meta;
+  if (in_graph) {
+    meta.n_rows = Bp;
+    meta.rows = k.dev_rows;
+    meta.token_lists = k.dev_lists;
+    meta.prompt_mask = sampling->prompt_mask;
+    meta.output_counts = sampling->output_counts;
+  }
+  auto step = [&] {
+    model_.forward(k.dev_batch, cache, out);
+    if (in_graph) ops::sample(k.dev_ids, k.dev_lp, k.dev_top, out, meta);
+  };
+  const bool stale = g.graph.empty() || g.epoch != ops::cuda::device_memory_epoch() ||
+                     g.ws_generation != model_.workspace_generation() || g.logits != out.data ||
+                     g.cache != cache.latent(0).data ||
+                     (in_graph && (g.prompt_mask != meta.prompt_mask.data ||
+                                   g.output_counts != meta.output_counts.data));
   if (!stale) {
-    k.graph.launch();
+    g.graph.launch();
     ops::cuda::invalidate_mla_plan_cache();  // the replay rewrote the plan buffer
     ++replays_;
+    if (in_graph) read_back(k, B, sampling);
     return true;
   }
-  // The eager warm-up on the padded batch: this step's logits and cache writes, and every
+  // The eager warm-up on the padded batch: this step's logits, ids and cache writes, and every
   // allocation, attribute and table the capture must find in place.
   ops::cuda::invalidate_mla_plan_cache();
-  model_.forward(k.dev_batch, cache, out);
+  step();
   model_.settle_workspace();  // a reset now, so that the capture's own reset allocates nothing
   ops::cuda::invalidate_mla_plan_cache();  // the warm-up's plan key must not hit in the capture
   const uint64_t epoch = ops::cuda::device_memory_epoch();
   try {
-    k.graph.capture([&] { model_.forward(k.dev_batch, cache, out); });
+    g.graph.capture(step);
     OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(),
                  "the capture reallocated device memory");
   } catch (const Error& e) {
-    // The warm-up gave this step's logits; the bucket's later steps run eagerly. A bug to report
-    // (the step budget tests capture every layer kind), not a reason to stop serving.
+    // The warm-up gave this step's logits (and ids); the bucket's later steps run eagerly. A bug
+    // to report (the step budget tests capture every layer kind), not a reason to stop serving.
     ops::cuda::invalidate_mla_plan_cache();
-    k.graph = cuda::CudaGraph();
+    k.plain.graph = cuda::CudaGraph();
+    k.sampled.graph = cuda::CudaGraph();
     k.uncapturable = true;
     ++capture_failures_;
     std::fprintf(stderr,
                  "osprey: CUDA graph capture of batch size %d failed, it runs eagerly: %s\n", Bp,
                  e.what());
+    if (in_graph) read_back(k, B, sampling);
     return true;
   }
   ops::cuda::invalidate_mla_plan_cache();
-  k.epoch = epoch;
-  k.ws_generation = model_.workspace_generation();
-  k.logits = out.data;
-  k.cache = cache.latent(0).data;
+  g.epoch = epoch;
+  g.ws_generation = model_.workspace_generation();
+  g.logits = out.data;
+  g.cache = cache.latent(0).data;
+  g.prompt_mask = meta.prompt_mask.data;
+  g.output_counts = meta.output_counts.data;
   ++captures_;
+  if (in_graph) read_back(k, B, sampling);
   return true;
 }
 
@@ -287,9 +453,21 @@ const ForwardBatch* CudaGraphRunner::device_batch(int bucket) const {
   return it == buckets_.end() ? nullptr : &it->second->dev_batch;
 }
 
-const cuda::CudaGraph* CudaGraphRunner::graph(int bucket) const {
+Tensor CudaGraphRunner::device_sample_rows(int bucket) const {
   const auto it = buckets_.find(bucket);
-  return it == buckets_.end() || it->second->graph.empty() ? nullptr : &it->second->graph;
+  return it == buckets_.end() ? Tensor{} : it->second->dev_rows;
+}
+
+Tensor CudaGraphRunner::device_sampled_ids(int bucket) const {
+  const auto it = buckets_.find(bucket);
+  return it == buckets_.end() ? Tensor{} : it->second->dev_ids;
+}
+
+const cuda::CudaGraph* CudaGraphRunner::graph(int bucket, bool with_sampling) const {
+  const auto it = buckets_.find(bucket);
+  if (it == buckets_.end()) return nullptr;
+  const GraphOf& g = with_sampling ? it->second->sampled : it->second->plain;
+  return g.graph.empty() ? nullptr : &g.graph;
 }
 
 #endif

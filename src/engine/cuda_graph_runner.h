@@ -16,25 +16,49 @@
 //   slot_mapping     [Bp] I64
 //   block_table      [Bp, max_blocks] I32 (max_blocks: the engine's table width, so every kernel
 //                    sees the shapes the eager step would)
-// A step writes the real rows into the staging (the block-table entries a row's context covers),
-// then one host→device copy of the whole region, then the replay (both on the legacy default
-// stream: ordered with sampling and the eager steps like an eager step). Only the logits come
-// back to the caller's buffer; the Sampler runs after the replay as after an eager step (sampling
-// inside the graph is not done yet).
+//   sample_rows      [Bp, sizeof(SampleRowParams)] U8: the step's sampling parameters
+//   (ops/sample.h:
+//                    temperature, top-k, top-p, min-p, seed and step counter, penalties' slots,
+//                    logprobs), as the engine's Sampler prepared them (Sampler::prepare)
+//   token_lists      [Bp · kGraphSampleListPerRow] I32: the ids those rows point into (min_tokens'
+//                    suppressed ids, a penalty slot's new output tokens); only the used extent is
+//                    written and copied
+// and an output region: sampled_ids [Bp] I32 | logprobs [Bp, 1 + kMaxTopLogprobs] F32 | top_ids
+// [Bp, kMaxTopLogprobs] I32.
+//
+// A step writes the real rows into the staging (the block-table entries a row's context covers,
+// the sampling rows and lists), then one host→device copy of the region up to the last byte the
+// step uses, then the replay (both on the legacy default stream: ordered with the eager steps like
+// an eager step). A graph per bucket and kind:
+//   - with sampling (the engine's decode steps, GraphSampling given): the forward, then
+//     ops::sample's kernel over the bucket's logits, sample_rows and token_lists and the Sampler's
+//     penalty state (its pointers are part of what the graph was captured over). Only sampled_ids
+//     [B] come back to the host (and the logprob rows of the rows that asked, when any did); the
+//     logits stay on the device. The seed and step counter are per-step values in sample_rows, not
+//     constants of the graph: a seeded request draws the same tokens as in an eager step.
+//   - logits only (a caller without GraphSampling, or a step the in-graph sampler cannot take):
+//     the forward alone into the caller's logits buffer; the caller samples after the replay.
+// A step the in-graph sampler cannot take (cuda_graph_sampling_unsupported: token lists beyond the
+// bucket's capacity, e.g. a new penalty slot's prompt) replays the logits-only graph and is
+// counted by reason (host_sampling_reasons); the engine then samples the logits with its Sampler.
 //
 // Padding rows (shrink-tail rule): a row that was real last step and is padding now gets token 0,
-// position 0, seq_len 1, slot −1 (the cache writes skip it) and a table row whose entry 0 is the
+// position 0, seq_len 1, slot −1 (the cache writes skip it), a table row whose entry 0 is the
 // first block of real row 0 (so its attention and indexer read one finite, already-written cache
-// entry, in bounds). Rows already padding are not rewritten (only entry 0 when row 0's first block
-// changes). Padding rows are computed like any row and their logits are never sampled; every op
-// of the step is row-independent, so they change no real row's result, and they write no cache.
+// entry, in bounds) and the padding sampling row (greedy, no logprobs, no penalty slot, no token
+// list: it reads and writes no sampler state). Rows already padding are not rewritten (only entry
+// 0 when row 0's first block changes); the sampling rows follow the same rule over the steps that
+// sampled in the graph. Padding rows are computed like any row and their ids and logits are never
+// read back; every op of the step is row-independent, so they change no real row's result, and
+// they write no cache and no penalty state.
 //
-// Capture is lazy: the first step of a bucket runs eagerly on the padded device batch (it grows
-// the scratch arenas, sets kernel attributes and builds the expert tables: nothing of that may
-// happen inside a capture), which gives this step's logits; then the same forward is captured.
-// A graph is re-captured when what it points at moved: the model's Workspace arena (its
-// generation), the CUDA twins' persistent allocations (ops/cuda/graph_hooks.h's epoch), the logits
-// buffer or the cache. A capture that fails (a call inside the step that cannot be captured) is
+// Capture is lazy: the first step of a bucket (and kind) runs eagerly on the padded device batch
+// (it grows the scratch arenas, the sampler's among them, sets kernel attributes and builds the
+// expert tables: nothing of that may happen inside a capture), which gives this step's logits
+// and ids; then the same forward (and sampling) is captured. A graph is re-captured when what it
+// points at moved: the model's Workspace arena (its generation), the CUDA twins' persistent
+// allocations (ops/cuda/graph_hooks.h's epoch), the logits buffer, the cache, or the Sampler's
+// penalty state. A capture that fails (a call inside the step that cannot be captured) is
 // reported on stderr and counted; that bucket's steps then run eagerly.
 #pragma once
 
@@ -50,6 +74,7 @@
 #include "kv/paged_cache.h"
 #include "model/deepseek.h"
 #include "model/forward_batch.h"
+#include "ops/sample.h"
 
 #ifdef OSPREY_WITH_CUDA
 #include "core/cuda_graph.h"
@@ -65,6 +90,47 @@ int cuda_graph_bucket(const std::vector<int>& sizes, int n);
 // decode (n_tokens == n_seqs ≥ 1, max_query_len 1, no drafts) sampling every row in order.
 std::string cuda_graph_ineligible(const ForwardBatch& b);
 
+// The in-graph sampler's token-list capacity per bucket row: a row lists at most min_tokens'
+// suppressed ids (the server takes ≤ 64 stop_token_ids, + EOS) and the output tokens its penalty
+// slot lacks (1 in decode); a fresh slot's prompt (repetition penalty) usually goes with the
+// prefill step that samples the first token. A step that needs more samples on the host path.
+inline constexpr int kGraphSampleListPerRow = 72;
+
+// A decode step's sampling inside the graph: the rows the engine's Sampler prepared
+// (Sampler::prepare) and, once forward() returns, where the ids are.
+struct GraphSampling {
+  // In. rows [n_seqs] (one per sequence, in batch order), lists [n_list]; borrowed for forward().
+  const std::vector<SampleRowParams>* rows = nullptr;
+  const std::vector<int32_t>* lists = nullptr;
+  int n_logprob_rows = 0;  // rows with logprobs ≥ 0 (numbered 0.. by logprob_row)
+  // The Sampler's penalty state on the GPU: [n_slots, ceil(vocab / 32)] I32, [n_slots, vocab] I32
+  // (empty while no request has had penalties).
+  Tensor prompt_mask, output_counts;
+  // Out. sampled: the step was sampled in the graph and the host arrays below hold its results
+  // (valid until the runner's next forward): tokens [n_seqs] I32, logprobs [n_logprob_rows,
+  // 1 + kMaxTopLogprobs] F32, top_ids [n_logprob_rows, kMaxTopLogprobs] I32 (null when
+  // n_logprob_rows is 0), as ops::sample wrote them (Sampler::finish reads them). Not sampled:
+  // the caller samples the logits (Sampler::run_prepared).
+  bool sampled = false;
+  const int32_t* tokens = nullptr;
+  const float* logprobs = nullptr;
+  const int32_t* top_ids = nullptr;
+};
+
+// Why the prepared sampling `s` of a pure decode step of n_seqs rows cannot run inside a graph of
+// `bucket` rows, or "" when it can: one row per sequence, the token lists within the bucket's
+// capacity (bucket · kGraphSampleListPerRow), the penalty state on the GPU where a row uses it,
+// logprob rows numbered within the batch.
+std::string cuda_graph_sampling_unsupported(const GraphSampling& s, int n_seqs, int bucket);
+// The sampling row of a padding row: greedy, no logprobs, no penalty slot, no token list.
+SampleRowParams graph_padding_sample_row();
+// Writes a step's sampling rows into a bucket's staging `staged` [bucket]: rows [0, n) from
+// `rows`; of the padding rows [n, bucket), those that were real at the last staging (prev_real;
+// −1: never staged, every row) get graph_padding_sample_row(), the others are left as they are
+// (the shrink-tail rule). Returns the padding rows written.
+int stage_graph_sample_rows(SampleRowParams* staged, int bucket, int prev_real,
+                            const std::vector<SampleRowParams>& rows);
+
 class CudaGraphRunner {
  public:
   // Fails (osprey::Error) unless the model is on the GPU, not parallel, and the build has CUDA.
@@ -74,11 +140,16 @@ class CudaGraphRunner {
   CudaGraphRunner& operator=(const CudaGraphRunner&) = delete;
 
   // Runs the step as a graph replay (or its bucket's capture) when it is eligible and returns
-  // true; returns false having done nothing otherwise (the caller runs the model eagerly).
-  //   batch   host metadata (StepInputs::build or OwnedBatch)
-  //   logits  [≥ bucket, vocab] F32 on the device; rows [0, n_seqs) get the step's logits (rows
-  //           up to the bucket are written too: padding)
-  bool forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits);
+  // true; returns false having done nothing otherwise (the caller runs the model eagerly, and
+  // samples as after any eager step).
+  //   batch     host metadata (StepInputs::build or OwnedBatch)
+  //   logits    [≥ bucket, vocab] F32 on the device; rows [0, n_seqs) get the step's logits (rows
+  //             up to the bucket are written too: padding)
+  //   sampling  null: logits only. Else the step's prepared sampling: sampled inside the graph
+  //             when cuda_graph_sampling_unsupported allows (sampling->sampled then true, the ids
+  //             read back), else the logits-only graph runs and the reason is counted.
+  bool forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
+               GraphSampling* sampling = nullptr);
 
   const std::vector<int>& capture_sizes() const { return sizes_; }
   // Read from the engine thread while a step may run on the executor's worker: atomics.
@@ -91,20 +162,36 @@ class CudaGraphRunner {
   // bucket's capture failed", ... A copy (guarded: read from the engine thread while a step may
   // run on the executor's worker).
   std::map<std::string, int64_t> eager_reasons() const;
+  // Replayed (or captured) steps that were sampled inside the graph.
+  int64_t graph_sampled_steps() const { return graph_sampled_.load(); }
+  // Steps forward() ran as a graph with GraphSampling given but whose sampling the graph could not
+  // take (the logits-only graph ran, the caller sampled), by cuda_graph_sampling_unsupported's
+  // reason. A copy (guarded like eager_reasons).
+  std::map<std::string, int64_t> host_sampling_reasons() const;
 
-  // For tests: the padded device batch of a bucket run before (null if none), and counters of
-  // the last forward: padding-row fields rewritten (shrink-tail), bytes copied to the device.
+  // For tests: the padded device batch of a bucket run before (null if none), its device
+  // sample_rows [Bp, sizeof(SampleRowParams)] U8 and sampled_ids [Bp] I32 (empty if none), and
+  // counters of the last forward: padding-row fields rewritten (shrink-tail; sampling rows
+  // apart), bytes copied to the device, bytes copied back (0 unless it sampled in the graph).
   const ForwardBatch* device_batch(int bucket) const;
+  Tensor device_sample_rows(int bucket) const;
+  Tensor device_sampled_ids(int bucket) const;
   int64_t last_padding_rewrites = 0;
+  int64_t last_sample_row_rewrites = 0;
   int64_t last_copy_bytes = 0;
+  int64_t last_download_bytes = 0;
 #ifdef OSPREY_WITH_CUDA
-  const cuda::CudaGraph* graph(int bucket) const;
+  // The bucket's graph of the kind (with sampling or logits only); null if none was captured.
+  const cuda::CudaGraph* graph(int bucket, bool with_sampling = false) const;
 #endif
 
  private:
   struct Bucket;
   Bucket& bucket(int size, int max_blocks, int block_size);
-  void stage(Bucket& k, const ForwardBatch& b);
+  // Stages the step (and its sampling when given) and copies the region up to what it used.
+  void stage(Bucket& k, const ForwardBatch& b, const GraphSampling* sampling);
+  // The sampled ids (and logprob rows) of n rows back to the host, into *s.
+  void read_back(Bucket& k, int n, GraphSampling* s);
 
   const DeepseekModel& model_;
   std::vector<int> sizes_;
@@ -113,9 +200,10 @@ class CudaGraphRunner {
   // Counts an eager step under `why`; returns false (forward's answer for it).
   bool eager(const std::string& why);
 
-  std::atomic<int64_t> replays_{0}, captures_{0}, capture_failures_{0};
+  std::atomic<int64_t> replays_{0}, captures_{0}, capture_failures_{0}, graph_sampled_{0};
   mutable std::mutex eager_mu_;
-  std::map<std::string, int64_t> eager_reasons_;  // guarded by eager_mu_
+  std::map<std::string, int64_t> eager_reasons_;          // guarded by eager_mu_
+  std::map<std::string, int64_t> host_sampling_reasons_;  // guarded by eager_mu_
 };
 
 }  // namespace osprey

@@ -2,12 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <string_view>
 
 #include "core/error.h"
 #include "engine/spec_verify.h"
 #include "ops/mla.h"
 
 namespace osprey {
+
+bool cuda_graph_sampling_default() {
+  const char* e = std::getenv("OSPREY_CUDA_GRAPH_SAMPLING");
+  return e && std::string_view(e) == "1";
+}
 
 namespace {
 
@@ -132,13 +140,55 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
         fail("CUDA graph capture size ", b,
              " is outside [1, max_num_seqs = ", sched_cfg_.max_num_seqs, "]");
     graphs_ = std::make_unique<CudaGraphRunner>(model, std::move(sizes));
+    graph_sampling_ = cfg.cuda_graph_sampling;
+    // The penalty slots of a full batch from the start: the sampling graphs point at them, and a
+    // growth (which moves them) would re-capture every bucket.
+    if (graph_sampling_)
+      sampler_.reserve(model.device(), int(model.config().vocab_size), sched_cfg_.max_num_seqs);
   }
 }
 
 void Engine::run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
-                         const ForwardOptions& fo) {
-  if (graphs_ && !fo.hidden_out.data && graphs_->forward(batch, cache_, logits_buffer)) return;
+                         const ForwardOptions& fo, GraphSampling* sampling) {
+  if (graphs_ && !fo.hidden_out.data && graphs_->forward(batch, cache_, logits_buffer, sampling))
+    return;
   model_.forward(batch, cache_, logits, fo);
+}
+
+std::unique_ptr<GraphSampling> Engine::prepare_graph_sampling(
+    const StepPlan& plan, const ForwardBatch& batch,
+    const std::vector<std::pair<const Sequence*, int32_t>>& pending) {
+  if (!graphs_ || !graph_sampling_ || drafter_ || !cuda_graph_ineligible(batch).empty())
+    return nullptr;
+  const int eos = model_.config().eos_token_id;
+  std::vector<SamplingRow> rows;
+  for (const ScheduledSeq& e : plan.seqs) {
+    if (!e.sample) continue;
+    const Sequence& s = *e.seq;
+    SamplingRow row{&s.params, &s.prompt, &s.output,
+                    s.seed,    eos,       s.finished() ? 0 : sampler_key(s)};
+    const auto it = std::lower_bound(
+        pending.begin(), pending.end(),
+        std::pair<const Sequence*, int32_t>(&s, std::numeric_limits<int32_t>::min()));
+    if (it != pending.end() && it->first == &s) row.pending_token = it->second;
+    rows.push_back(row);
+  }
+  sampler_.prepare(model_.device(), int(model_.config().vocab_size), rows);
+  auto gs = std::make_unique<GraphSampling>();
+  gs->rows = &sampler_.prepared_rows();
+  gs->lists = &sampler_.prepared_lists();
+  gs->n_logprob_rows = sampler_.prepared_logprob_rows();
+  gs->prompt_mask = sampler_.prompt_mask();
+  gs->output_counts = sampler_.output_counts();
+  return gs;
+}
+
+void Engine::finish_graph_sampling(const GraphSampling& gs, Tensor logits,
+                                   std::vector<SampleResult>* results) {
+  if (gs.sampled)
+    sampler_.finish(gs.tokens, gs.logprobs, gs.top_ids, results);
+  else
+    sampler_.run_prepared(logits, results);
 }
 
 void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
@@ -293,7 +343,9 @@ std::vector<RequestOutput> Engine::step_sync() {
     record.host_seconds = seconds_between(t0, t_launch);
     if (device_waiting_) record.device_idle_seconds = seconds_between(last_sampled_, t_launch);
     const Tensor all_logits = logits_.view();
-    executor_.launch([&] { run_forward(batch, logits, all_logits, fo); });
+    // A pure decode with graphs: its rows prepared now, perhaps sampled inside the graph.
+    const std::unique_ptr<GraphSampling> gs = prepare_graph_sampling(plan, batch, {});
+    executor_.launch([&] { run_forward(batch, logits, all_logits, fo, gs.get()); });
     executor_.wait();
     std::vector<SamplingRow> rows;
     // Verify rows see the output as it would be with the drafts before them accepted: their
@@ -319,7 +371,10 @@ std::vector<RequestOutput> Engine::step_sync() {
         rows.push_back({&s.params, &s.prompt, &draft_outputs.back(), s.seed, eos, 0});
       }
     }
-    sampler_.sample(logits, rows, &results);
+    if (gs)
+      finish_graph_sampling(*gs, logits, &results);  // the same rows, prepared before the launch
+    else
+      sampler_.sample(logits, rows, &results);
     last_sampled_ = Clock::now();
     std::vector<MtpDrafter::Kept> kept;
     size_t k = 0;
@@ -407,6 +462,8 @@ std::vector<RequestOutput> Engine::step_async() {
     t_resume = Clock::now();
   }
   if (next) {
+    // The in-flight step's token of each sequence that has one (sorted by sequence).
+    std::vector<std::pair<const Sequence*, int32_t>> pending_tokens;
     // The pending inputs are the tokens the step just sampled (one step in flight at most).
     if (!inputs->pending_inputs().empty()) {
       OSPREY_CHECK(in_flight_, "pending inputs without a step in flight");
@@ -422,7 +479,9 @@ std::vector<RequestOutput> Engine::step_async() {
                      "sequence ", p.seq->id,
                      ": a pending input the step in flight does not sample");
         inputs->set_token(p.token_index, results[it->second].token);
+        pending_tokens.emplace_back(p.seq, results[it->second].token);
       }
+      std::sort(pending_tokens.begin(), pending_tokens.end());
     }
     scheduler_.launch(next->plan);
     const int64_t vocab = model_.config().vocab_size;
@@ -434,8 +493,13 @@ std::vector<RequestOutput> Engine::step_async() {
     next->follows = in_flight_.has_value() || device_waiting_;
     next->prev_sampled = last_sampled_;
     const Tensor all_logits = logits_.view();
+    // A pure decode with graphs: its rows prepared now (the in-flight step's tokens counted as
+    // committed: the rows are those the sampling after N's commit would build), perhaps sampled
+    // inside the graph.
+    next->graph_sampling = prepare_graph_sampling(next->plan, *batch, pending_tokens);
+    GraphSampling* gs = next->graph_sampling.get();
     executor_.launch(
-        [this, batch, logits, all_logits] { run_forward(*batch, logits, all_logits, {}); });
+        [this, batch, logits, all_logits, gs] { run_forward(*batch, logits, all_logits, {}, gs); });
     next->record.host_seconds = build_seconds + seconds_between(t_resume, Clock::now());
     next_inputs_ ^= 1;
   }
@@ -461,16 +525,23 @@ void Engine::sample_launched(Launched& l, std::vector<SampleResult>* results) {
   if (l.follows)
     l.record.device_idle_seconds =
         std::max(0.0, seconds_between(l.prev_sampled, executor_.started()));
-  std::vector<SamplingRow> rows;
-  const int eos = model_.config().eos_token_id;
-  for (const ScheduledSeq& e : l.plan.seqs) {
-    if (!e.sample) continue;
-    const Sequence& s = *e.seq;
-    // A sequence finished since the launch is sampled without state (its token is dropped).
-    rows.push_back(
-        {&s.params, &s.prompt, &s.output, s.seed, eos, s.finished() ? 0 : sampler_key(s)});
+  const Tensor logits = logits_.view().rows(0, l.plan.num_sampled);
+  if (l.graph_sampling) {
+    // Prepared at the launch (a sequence finished since then keeps its state key: its token is
+    // dropped, and its slot is released with it).
+    finish_graph_sampling(*l.graph_sampling, logits, results);
+  } else {
+    std::vector<SamplingRow> rows;
+    const int eos = model_.config().eos_token_id;
+    for (const ScheduledSeq& e : l.plan.seqs) {
+      if (!e.sample) continue;
+      const Sequence& s = *e.seq;
+      // A sequence finished since the launch is sampled without state (its token is dropped).
+      rows.push_back(
+          {&s.params, &s.prompt, &s.output, s.seed, eos, s.finished() ? 0 : sampler_key(s)});
+    }
+    sampler_.sample(logits, rows, results);
   }
-  sampler_.sample(logits_.view().rows(0, l.plan.num_sampled), rows, results);
   last_sampled_ = Clock::now();
   l.sample_seconds = seconds_between(t0, last_sampled_);
   l.record.seconds = seconds_between(executor_.started(), executor_.finished()) + l.sample_seconds;
@@ -594,6 +665,8 @@ EngineStats Engine::stats() const {
     s.cuda_graph_captures = graphs_->captures();
     s.cuda_graph_capture_failures = graphs_->capture_failures();
     s.cuda_graph_eager_steps = graphs_->eager_reasons();
+    s.cuda_graph_sampled_steps = graphs_->graph_sampled_steps();
+    s.cuda_graph_host_sampling_steps = graphs_->host_sampling_reasons();
   }
   return s;
 }

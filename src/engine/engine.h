@@ -48,6 +48,9 @@
 
 namespace osprey {
 
+// EngineConfig::cuda_graph_sampling's default: OSPREY_CUDA_GRAPH_SAMPLING=1 (else off).
+bool cuda_graph_sampling_default();
+
 struct EngineConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
@@ -64,10 +67,17 @@ struct EngineConfig {
   // Ignored (synchronous) with speculative decoding or a parallel model.
   bool async_scheduling = true;
   // Pure decode steps as replays of CUDA graphs captured per padded batch-size bucket
-  // (engine/cuda_graph_runner.h; `--cuda-graph`). Off by default until measured on the GPU;
+  // (engine/cuda_graph_runner.h). Off by default here; the CLI turns it on for a model on one GPU
+  // (cli/engine_flags.h: --enforce-eager, --cuda-graph);
   // prefill, mixed and speculative verify steps stay eager. Needs the model on the GPU (not
   // parallel): the Engine fails at construction otherwise.
   bool cuda_graph = false;
+  // With cuda_graph: pure decode steps are sampled inside their graph and only the ids come back
+  // (cuda_graph_runner.h). false: the graphs end with the logits and the Sampler runs after the
+  // replay (the reference the GPU tests compare the in-graph sampling with, token for token).
+  // Off by default until its GPU tests have passed on the H200 (built 2026-12-01, not yet run
+  // there); OSPREY_CUDA_GRAPH_SAMPLING=1 turns it on.
+  bool cuda_graph_sampling = cuda_graph_sampling_default();
   std::vector<int> cuda_graph_capture_sizes;  // empty: cuda_graph_capture_sizes(max_num_seqs)
 };
 
@@ -152,6 +162,11 @@ struct EngineStats {
   // Steps that ran eagerly with CUDA graphs on, by the runner's reason (prefill and mixed steps
   // count as "not a pure decode ..."; a decode step here says why graphs did not engage).
   std::map<std::string, int64_t> cuda_graph_eager_steps;
+  // Graph steps sampled inside the graph (only their ids came back), and graph steps whose
+  // sampling ran on the host path after the replay (the Sampler over the logits), by the runner's
+  // reason (cuda_graph_sampling_unsupported).
+  int64_t cuda_graph_sampled_steps = 0;
+  std::map<std::string, int64_t> cuda_graph_host_sampling_steps;
   StepRecord last_step;  // the latest model step (valid once steps > 0)
 };
 
@@ -220,10 +235,25 @@ class Engine {
     bool follows = false;            // launched right after the previous step was sampled
     Clock::time_point prev_sampled;  // when that previous step's ids arrived
     double sample_seconds = 0;       // its own sampling, once sampled
+    // A pure decode step with CUDA graphs: its rows were prepared at the launch (Sampler::prepare)
+    // and may be sampled inside the graph (null otherwise: sampled after the forward). Owned
+    // apart, so that the executor's pointer to it survives moving the Launched.
+    std::unique_ptr<GraphSampling> graph_sampling;
   };
   // The model step on the executor: a CUDA graph replay where graphs_ takes it, else eager.
+  // sampling: the step's prepared rows, to sample inside the graph (null: logits only).
   void run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
-                   const ForwardOptions& fo);
+                   const ForwardOptions& fo, GraphSampling* sampling = nullptr);
+  // With CUDA graphs, for a pure decode step: prepares the sampled rows of `plan` in the Sampler
+  // before the launch (pending: the in-flight step's token of each sequence that has one, with
+  // async scheduling) and returns what the graph samples from; null when the step is no
+  // candidate for a graph (it is then sampled after the forward as before).
+  std::unique_ptr<GraphSampling> prepare_graph_sampling(
+      const StepPlan& plan, const ForwardBatch& batch,
+      const std::vector<std::pair<const Sequence*, int32_t>>& pending);
+  // The step's results from a prepared sampling: the graph's ids, or the Sampler over the logits.
+  void finish_graph_sampling(const GraphSampling& gs, Tensor logits,
+                             std::vector<SampleResult>* results);
   std::vector<RequestOutput> step_sync();
   std::vector<RequestOutput> step_async();
   // Waits for the launched step's forward and samples its rows into *results.
@@ -252,6 +282,7 @@ class Engine {
   Sampler sampler_;
   std::unique_ptr<MtpDrafter> drafter_;      // speculative decoding only
   std::unique_ptr<CudaGraphRunner> graphs_;  // EngineConfig::cuda_graph only
+  bool graph_sampling_ = false;              // EngineConfig::cuda_graph_sampling (with graphs_)
   TextDecoderFactory decoders_;
   std::mt19937_64 seed_rng_;
   uint64_t arrivals_ = 0;

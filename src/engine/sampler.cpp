@@ -58,13 +58,22 @@ Tensor view_at(const Storage& s, size_t offset, DType dtype, Shape shape) {
   return t;
 }
 
+// The number of output tokens of a row, its pending token counted.
+size_t output_size(const SamplingRow& row) {
+  return row.output_tokens->size() + (row.pending_token >= 0 ? 1 : 0);
+}
+// Output token i of a row (i < output_size(row)): the pending token is the last.
+int32_t output_token(const SamplingRow& row, size_t i) {
+  return i < row.output_tokens->size() ? (*row.output_tokens)[i] : row.pending_token;
+}
+
 // The row's parameters without the penalty slot; min_tokens' suppressed ids go to `lists`.
 SampleRowParams row_params(const SamplingRow& row, int vocab, std::vector<int32_t>* lists,
                            int32_t* n_logprob_rows) {
   const SamplingParams& sp = *row.params;
   SampleRowParams p;
   p.seed = row.seed;
-  p.step = row.output_tokens->size();
+  p.step = output_size(row);
   p.temperature = sp.temperature;
   p.top_p = sp.top_p;
   p.min_p = sp.min_p;
@@ -75,7 +84,7 @@ SampleRowParams row_params(const SamplingRow& row, int vocab, std::vector<int32_
   p.logprobs = sp.logprobs;
   if (sp.logprobs >= 0) p.logprob_row = (*n_logprob_rows)++;
   // min_tokens: no stop before min_tokens outputs. With ignore_eos, EOS does not stop, so it stays.
-  if (static_cast<int64_t>(row.output_tokens->size()) < sp.min_tokens) {
+  if (static_cast<int64_t>(output_size(row)) < sp.min_tokens) {
     p.suppress_begin = int32_t(lists->size());
     for (int32_t t : sp.stop_token_ids) {
       check_id(t, vocab);
@@ -109,7 +118,7 @@ void Sampler::reserve_slots(Device device, int vocab, int n) {
 
 void Sampler::assign_slot(const SamplingRow& row, SampleRowParams* p) {
   const std::vector<int32_t>& prompt = *row.prompt_tokens;
-  const std::vector<int32_t>& output = *row.output_tokens;
+  const size_t n_out = output_size(row);
   const bool repetition = row.params->repetition_penalty != 1.0f;
   Slot* s = nullptr;
   if (row.state_key != 0) {
@@ -120,8 +129,7 @@ void Sampler::assign_slot(const SamplingRow& row, SampleRowParams* p) {
   bool fresh = true;
   if (s) {
     OSPREY_CHECK(s->used != calls_, "two rows of one call share the state key ", row.state_key);
-    fresh = s->prompt_size != prompt.size() || s->counted > output.size() ||
-            s->prompt_marked != repetition;
+    fresh = s->prompt_size != prompt.size() || s->counted > n_out || s->prompt_marked != repetition;
   } else {
     for (Slot& c : slots_) {  // the least recently used slot this call has not taken
       if (c.used != calls_ && (!s || c.used < s->used)) s = &c;
@@ -143,12 +151,13 @@ void Sampler::assign_slot(const SamplingRow& row, SampleRowParams* p) {
     }
   }
   p->count_begin = int32_t(lists_.size());
-  for (size_t i = from; i < output.size(); ++i) {
-    check_id(output[i], vocab_);
-    lists_.push_back(output[i]);
+  for (size_t i = from; i < n_out; ++i) {
+    const int32_t t = output_token(row, i);
+    check_id(t, vocab_);
+    lists_.push_back(t);
   }
   p->count_count = int32_t(lists_.size()) - p->count_begin;
-  *s = Slot{row.state_key, prompt.size(), output.size(), repetition, calls_};
+  *s = Slot{row.state_key, prompt.size(), n_out, repetition, calls_};
 }
 
 void Sampler::release(uint64_t state_key) {
@@ -162,16 +171,19 @@ void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
                      std::vector<SampleResult>* out) {
   OSPREY_CHECK(logits.dim() == 2 && logits.dtype == DType::F32, "logits ", shape_str(logits.shape),
                " must be [n_rows, vocab] F32");
-  const int64_t n_rows = logits.size(0);
   const int64_t vocab64 = logits.size(1);
-  OSPREY_CHECK(static_cast<int64_t>(rows.size()) == n_rows, rows.size(), " rows for logits ",
-               shape_str(logits.shape));
   OSPREY_CHECK(vocab64 > 0 && vocab64 <= std::numeric_limits<int32_t>::max(), "vocab ", vocab64);
-  const int vocab = static_cast<int>(vocab64);
-  const Device device = logits.device;
+  prepare(logits.device, static_cast<int>(vocab64), rows);
+  run_prepared(logits, out);
+}
+
+void Sampler::prepare(Device device, int vocab, const std::vector<SamplingRow>& rows) {
+  OSPREY_CHECK(vocab > 0, "vocab ", vocab);
   ++calls_;
   params_.clear();
   lists_.clear();
+  n_lp_ = 0;
+  prepared_vocab_ = vocab;
   int n_penalised = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const SamplingRow& row = rows[r];
@@ -179,12 +191,30 @@ void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
     n_penalised += has_penalties(*row.params);
   }
   reserve_slots(device, vocab, n_penalised);
-  int32_t n_lp = 0;
   for (const SamplingRow& row : rows) {
-    SampleRowParams p = row_params(row, vocab, &lists_, &n_lp);
+    SampleRowParams p = row_params(row, vocab, &lists_, &n_lp_);
     if (has_penalties(*row.params)) assign_slot(row, &p);
     params_.push_back(p);
   }
+}
+
+Tensor Sampler::prompt_mask() const {
+  return prompt_mask_.empty() ? Tensor{} : prompt_mask_.view();
+}
+Tensor Sampler::output_counts() const {
+  return output_counts_.empty() ? Tensor{} : output_counts_.view();
+}
+
+void Sampler::run_prepared(Tensor logits, std::vector<SampleResult>* out) {
+  OSPREY_CHECK(logits.dim() == 2 && logits.dtype == DType::F32, "logits ", shape_str(logits.shape),
+               " must be [n_rows, vocab] F32");
+  const int64_t n_rows = logits.size(0);
+  OSPREY_CHECK(static_cast<int64_t>(params_.size()) == n_rows, params_.size(),
+               " rows prepared for logits ", shape_str(logits.shape));
+  OSPREY_CHECK(logits.size(1) == prepared_vocab_ && logits.device == device_, "logits ",
+               shape_str(logits.shape), " for rows prepared for vocab ", prepared_vocab_,
+               " (or on another device than they were prepared for)");
+  const Device device = logits.device;
 
   // Inputs: params then token lists, one upload.
   const size_t params_bytes = params_.size() * sizeof(SampleRowParams);
@@ -205,10 +235,11 @@ void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
   m.n_rows = int(n_rows);
   m.rows = view_at(stage_dev_, 0, DType::U8, {n_rows, int64_t(sizeof(SampleRowParams))});
   m.token_lists = view_at(stage_dev_, lists_at, DType::I32, {int64_t(lists_.size())});
-  m.prompt_mask = prompt_mask_.view();
-  m.output_counts = output_counts_.view();
+  m.prompt_mask = prompt_mask();
+  m.output_counts = output_counts();
 
   // Outputs: tokens | logprobs | top ids, one copy back.
+  const int32_t n_lp = n_lp_;
   const size_t lp_at = align16(size_t(n_rows) * sizeof(int32_t));
   const size_t ids_at = align16(lp_at + size_t(n_lp) * (1 + kMaxTopLogprobs) * sizeof(float));
   const size_t out_bytes = ids_at + size_t(n_lp) * kMaxTopLogprobs * sizeof(int32_t);
@@ -222,17 +253,22 @@ void Sampler::sample(Tensor logits, const std::vector<SamplingRow>& rows,
     ops::copy(out_host_.view().rows(0, int64_t(back)), out_dev_.view().rows(0, int64_t(back)));
     last_download_bytes_ = back;
   }
-
   const char* o = static_cast<const char*>(out_host_.view().data);
-  const auto* tokens = reinterpret_cast<const int32_t*>(o);
-  const auto* lp = reinterpret_cast<const float*>(o + lp_at);
-  const auto* ids = reinterpret_cast<const int32_t*>(o + ids_at);
-  out->resize(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
+  finish(reinterpret_cast<const int32_t*>(o), reinterpret_cast<const float*>(o + lp_at),
+         reinterpret_cast<const int32_t*>(o + ids_at), out);
+}
+
+void Sampler::finish(const int32_t* tokens, const float* lp, const int32_t* ids,
+                     std::vector<SampleResult>* out) const {
+  const int vocab = prepared_vocab_;
+  out->resize(params_.size());
+  for (size_t r = 0; r < params_.size(); ++r) {
     const SampleRowParams& p = params_[r];
     SampleResult& res = (*out)[r];
     res.token = tokens[r];
     OSPREY_CHECK(res.token >= 0, "sampling row ", r, ": ", error_text(res.token));
+    OSPREY_CHECK(res.token < vocab, "sampling row ", r, ": token ", res.token,
+                 " outside the vocabulary of ", vocab);
     res.top_logprobs.clear();
     if (p.logprobs < 0) {
       res.logprob = std::numeric_limits<float>::quiet_NaN();
@@ -262,7 +298,8 @@ void Sampler::apply_logits_processors(float* x, int vocab, const SamplingRow& ro
             static_cast<int32_t>(static_cast<uint32_t>(mask[size_t(t >> 5)]) | (1u << (t & 31)));
       }
     }
-    for (int32_t t : *row.output_tokens) {
+    for (size_t i = 0; i < output_size(row); ++i) {
+      const int32_t t = output_token(row, i);
       check_id(t, vocab);
       ++counts[size_t(t)];
     }

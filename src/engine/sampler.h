@@ -44,6 +44,11 @@ struct SamplingRow {
   // Nonzero: the request's identity for this sampler (never reused for another request): its
   // penalty state stays on the device between calls. 0: rebuilt from the token lists each call.
   uint64_t state_key = 0;
+  // ≥ 0: a token already sampled for this request but not yet in output_tokens (with async
+  // scheduling, the step in flight's token when the next step's rows are prepared at its launch,
+  // before the commit): counted as output_tokens' last element (step counter, min_tokens,
+  // penalties). −1: none.
+  int32_t pending_token = -1;
 };
 
 struct SampleResult {
@@ -58,10 +63,34 @@ struct SampleResult {
 class Sampler {
  public:
   // logits [n_rows, vocab] F32 on the CPU or a CUDA device, read only. rows.size() == n_rows; out
-  // gets n_rows.
+  // gets n_rows. The same as prepare(logits.device, vocab, rows) then run_prepared(logits, out).
   void sample(Tensor logits, const std::vector<SamplingRow>& rows, std::vector<SampleResult>* out);
   // Frees the penalty slot of a request that is done (its state_key).
   void release(uint64_t state_key);
+
+  // The two halves of sample(), for a caller that samples inside a CUDA graph
+  // (engine/cuda_graph_runner.h): prepare() builds the rows' SampleRowParams and token lists and
+  // assigns their penalty slots (on `device`, for `vocab`); then exactly one of: run_prepared()
+  // (upload, ops::sample, read back, as sample() does), or the caller runs ops::sample itself over
+  // prepared_rows() / prepared_lists() / the penalty state and hands the ids it read back to
+  // finish(). A prepared call must be finished before the next prepare() or sample().
+  void prepare(Device device, int vocab, const std::vector<SamplingRow>& rows);
+  void run_prepared(Tensor logits, std::vector<SampleResult>* out);
+  // tokens [n_rows] I32, logprobs [n_lp, 1 + kMaxTopLogprobs] F32 and top_ids [n_lp,
+  // kMaxTopLogprobs] I32 on the host, as ops::sample wrote them (n_lp = prepared_logprob_rows();
+  // the logprob pointers may be null when it is 0). Fails on an error code in tokens.
+  void finish(const int32_t* tokens, const float* logprobs, const int32_t* top_ids,
+              std::vector<SampleResult>* out) const;
+  const std::vector<SampleRowParams>& prepared_rows() const { return params_; }  // [n_rows]
+  const std::vector<int32_t>& prepared_lists() const { return lists_; }          // [n_list]
+  int prepared_logprob_rows() const { return n_lp_; }
+  // The penalty state on the prepared device: [n_slots, ceil(vocab / 32)] I32 and [n_slots,
+  // vocab] I32 (empty views while no row has had penalties).
+  Tensor prompt_mask() const;
+  Tensor output_counts() const;
+  // At least n penalty slots on `device` for `vocab` from now on (so that a CUDA graph's pointers
+  // to the state stay valid while the batch stays within n penalised rows).
+  void reserve(Device device, int vocab, int n) { reserve_slots(device, vocab, n); }
 
   // Steps 2 and 3 on one row in place: logits [vocab] on the CPU. For tests.
   void apply_logits_processors(float* logits, int vocab, const SamplingRow& row);
@@ -94,7 +123,9 @@ class Sampler {
 
   std::vector<SampleRowParams> params_;  // [n_rows] this call's rows
   std::vector<int32_t> lists_;           // [n_list] this call's token lists
-  Storage stage_host_, stage_dev_;       // [bytes] U8: params_, then lists_ (one upload)
+  int32_t n_lp_ = 0;                     // rows of this call that asked for logprobs
+  int prepared_vocab_ = 0;
+  Storage stage_host_, stage_dev_;  // [bytes] U8: params_, then lists_ (one upload)
   Storage out_host_, out_dev_;  // [bytes] U8: tokens [n_rows] I32 | logprobs | top_ids (one copy)
   size_t last_upload_bytes_ = 0, last_download_bytes_ = 0;
 };

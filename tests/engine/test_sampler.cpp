@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -886,4 +887,137 @@ TEST(SamplerState, EvictedAndReleasedSlotsAreRebuilt) {
   fresh.sample(logits, {other.row()}, &want);
   EXPECT_EQ(out[0].token, want[0].token);
   EXPECT_EQ(s.last_listed_tokens(), other.prompt.size() + other.output.size());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared sampling (Sampler::prepare / run_prepared / finish): what the CUDA graph runner samples
+// from inside a decode graph, and the pending token of async scheduling's launch-time rows.
+
+namespace {
+
+// Requests of every kind the prepared rows carry: greedy, seeded top-k/top-p, penalties (keyed
+// state), min_tokens with stop ids and EOS, logprobs.
+std::vector<Request> mixed_requests() {
+  std::vector<Request> reqs(5);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].seed = 77 + i;
+    reqs[i].prompt = {1, 2, 3, static_cast<int32_t>(20 + i)};
+    reqs[i].eos = 2;
+  }
+  reqs[0].params.temperature = 0.0f;
+  reqs[1].params.temperature = 0.8f;
+  reqs[1].params.top_k = 20;
+  reqs[1].params.top_p = 0.9f;
+  reqs[1].params.logprobs = 3;
+  reqs[2].params.repetition_penalty = 1.3f;
+  reqs[2].params.frequency_penalty = 0.4f;
+  reqs[2].params.presence_penalty = 0.2f;
+  reqs[3].params.min_tokens = 6;
+  reqs[3].params.stop_token_ids = {4, 5};
+  reqs[3].params.min_p = 0.05f;
+  reqs[4].params.temperature = 0.0f;
+  reqs[4].params.frequency_penalty = 1.0f;
+  reqs[4].params.logprobs = 0;
+  return reqs;
+}
+
+bool same_row_params(const SampleRowParams& a, const SampleRowParams& b) {
+  return std::memcmp(&a, &b, sizeof(SampleRowParams)) == 0;
+}
+
+}  // namespace
+
+TEST(SamplerPrepared, PendingTokenCountsAsTheOutputsLastElement) {
+  // Sampler `now` samples each step with the output committed (sample()); Sampler `early`
+  // prepares the same step before the commit, the last token pending (prepare + run_prepared), as
+  // async scheduling does at a graph step's launch. Same rows, lists, tokens and logprobs.
+  constexpr int kVocab = 64;
+  std::vector<Request> reqs = mixed_requests();
+  Sampler now, early;
+  int min_tokens_rows = 0, penalty_rows = 0;
+  for (int step = 0; step < 12; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const int64_t n = static_cast<int64_t>(reqs.size());
+    Buffer logits(DType::F32, {n, kVocab});
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<float> l = fake_logits(int(r), step, kVocab);
+      std::copy(l.begin(), l.end(), logits.f32() + r * kVocab);
+    }
+    std::vector<SamplingRow> committed, pending;
+    std::vector<std::vector<int32_t>> before(reqs.size());  // the output without its last token
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      SamplingRow row = reqs[r].row();
+      row.state_key = r + 1;
+      committed.push_back(row);
+      before[r] = reqs[r].output;
+      if (!before[r].empty()) before[r].pop_back();
+    }
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      SamplingRow row = committed[r];
+      row.output_tokens = &before[r];
+      if (!reqs[r].output.empty()) row.pending_token = reqs[r].output.back();
+      pending.push_back(row);
+    }
+    std::vector<SampleResult> a, b;
+    now.sample(logits, committed, &a);
+    early.prepare(Device::CPU, kVocab, pending);
+    ASSERT_EQ(early.prepared_rows().size(), now.prepared_rows().size());
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      EXPECT_TRUE(same_row_params(early.prepared_rows()[r], now.prepared_rows()[r])) << "row " << r;
+      EXPECT_EQ(early.prepared_rows()[r].step, reqs[r].output.size()) << "row " << r;
+      min_tokens_rows += early.prepared_rows()[r].suppress_count > 0;
+      penalty_rows += early.prepared_rows()[r].penalty_slot >= 0;
+    }
+    EXPECT_EQ(early.prepared_lists(), now.prepared_lists());
+    EXPECT_EQ(early.prepared_logprob_rows(), 2);
+    early.run_prepared(logits, &b);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+      EXPECT_EQ(b[r].token, a[r].token) << "row " << r;
+      EXPECT_EQ(b[r].top_logprobs, a[r].top_logprobs) << "row " << r;
+      if (reqs[r].params.logprobs >= 0) {
+        EXPECT_EQ(b[r].logprob, a[r].logprob) << "row " << r;
+      }
+    }
+    for (size_t r = 0; r < reqs.size(); ++r) reqs[r].output.push_back(a[r].token);
+  }
+  EXPECT_EQ(min_tokens_rows, 6);    // request 3 until its sixth output token
+  EXPECT_EQ(penalty_rows, 2 * 12);  // requests 2 and 4, every step
+}
+
+TEST(SamplerPrepared, FinishReadsIdsAndLogprobRowsAndRefusesErrorCodes) {
+  constexpr int kVocab = 32;
+  std::vector<Request> reqs(2);
+  reqs[1].params.logprobs = 2;
+  Sampler s;
+  s.prepare(Device::CPU, kVocab, {reqs[0].row(), reqs[1].row()});
+  ASSERT_EQ(s.prepared_logprob_rows(), 1);
+  EXPECT_EQ(s.prepared_rows()[1].logprob_row, 0);
+  // As ops::sample writes them: tokens [2], logprobs [1, 1 + K], top_ids [1, K].
+  const int32_t tokens[2] = {5, 9};
+  std::vector<float> lp(1 + kMaxTopLogprobs, std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> ids(kMaxTopLogprobs, -1);
+  lp[0] = -0.5f;
+  lp[1] = -0.25f;
+  lp[2] = -1.5f;
+  ids[0] = 9;
+  ids[1] = 3;
+  std::vector<SampleResult> out;
+  s.finish(tokens, lp.data(), ids.data(), &out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].token, 5);
+  EXPECT_TRUE(std::isnan(out[0].logprob));
+  EXPECT_TRUE(out[0].top_logprobs.empty());
+  EXPECT_EQ(out[1].token, 9);
+  EXPECT_EQ(out[1].logprob, -0.5f);
+  EXPECT_EQ(out[1].top_logprobs, (std::vector<std::pair<int32_t, float>>{{9, -0.25f}, {3, -1.5f}}));
+  // An error code or an id outside the vocabulary is an internal error that stops loudly (as in
+  // sample()), never a token.
+  const int32_t nonfinite[2] = {kSampleErrorNonFinite, 1};
+  EXPECT_DEATH(s.finish(nonfinite, lp.data(), ids.data(), &out), "NaN or \\+inf");
+  const int32_t outside[2] = {1, kVocab};
+  EXPECT_DEATH(s.finish(outside, lp.data(), ids.data(), &out), "outside the vocabulary");
+  // run_prepared refuses logits of another shape than the prepared rows.
+  Buffer logits(DType::F32, {3, kVocab});
+  EXPECT_DEATH(s.run_prepared(logits, &out), "rows prepared");
 }

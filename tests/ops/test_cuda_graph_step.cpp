@@ -7,7 +7,14 @@
 //   - the captured step holds no memset and no host node, and a kernel budget per layer kind
 //     (dense, MoE, the DSA indexer's share), measured by differencing models of other depths;
 //   - the shrink-tail rule on the runner's device metadata;
-//   - the engine with --cuda-graph gives the eager engine's greedy tokens, sync and async.
+//   - the engine with --cuda-graph gives the eager engine's greedy tokens, sync and async;
+//   - sampling inside the graph (GraphSampling): the ids of the host path (the logits-only graph,
+//     then the Sampler) token for token, greedy and seeded random with penalties, min_tokens and
+//     logprobs, over several buckets with padding rows; the sampling graph is the logits graph and
+//     one sample kernel, no memset or host node; per step only the ids (and asked-for logprob
+//     rows) come back; its sampling rows keep the shrink-tail rule on the device; the engine's
+//     tokens with in-graph sampling equal its tokens with host sampling (sync and async), and a
+//     step the in-graph sampler cannot take falls back, counted by reason.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -21,6 +28,7 @@
 #include "cuda_test_util.h"
 #include "engine/cuda_graph_runner.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "model/greedy.h"
 #include "model/make_model.h"
 
@@ -237,7 +245,9 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
 // after those changes and measured on the H200 (2026-12-01: dense 41, MoE 50, DSA 12 with the
 // indexer on): the test prints the measured counts. A change that adds (or removes) a kernel must
 // change these on purpose. Layer 0 has one more (mla_plan: the split-KV plan, built once a step,
-// reused by every layer); the differencing below measures layers past 0.
+// reused by every layer); the differencing below measures layers past 0. These budgets are read
+// from the logits-only graph; the engine's decode graph (sampling inside it) adds exactly one
+// kernel per step, not per layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
 //   attention without the indexer (22):
 //     quantize_rows(x)         x → e4m3 once for q_a_proj, kv_a_proj (and the indexer's wk)
 //     fp8_swapab × 2           q_a_proj, kv_a_proj
@@ -475,5 +485,387 @@ TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sampling inside the graph.
+
+// One request of each kind the in-graph sampler takes (by r % 6), seeded.
+struct SampleRequest {
+  SamplingParams params;
+  std::vector<int32_t> prompt, output;
+  uint64_t seed = 0, key = 0;
+};
+std::vector<SampleRequest> sample_requests(int B, int V, std::mt19937& g) {
+  std::uniform_int_distribution<int> tok(2, V - 1);
+  std::vector<SampleRequest> reqs(static_cast<size_t>(B));
+  for (int r = 0; r < B; ++r) {
+    SampleRequest& q = reqs[size_t(r)];
+    q.seed = 1000 + uint64_t(r);
+    q.key = uint64_t(r) + 1;
+    for (int i = 0; i < 10; ++i) q.prompt.push_back(tok(g));
+    SamplingParams& p = q.params;
+    switch (r % 6) {
+      case 0:
+        p.temperature = 0.0f;
+        break;
+      case 1:
+        p.temperature = 0.8f;
+        p.top_k = 40;
+        p.top_p = 0.9f;
+        p.logprobs = 3;
+        break;
+      case 2:
+        p.min_p = 0.05f;
+        p.repetition_penalty = 1.2f;
+        p.frequency_penalty = 0.3f;
+        p.presence_penalty = 0.2f;
+        break;
+      case 3:
+        p.temperature = 0.7f;
+        p.min_tokens = 3;
+        p.stop_token_ids = {5, 6};
+        break;
+      case 4:
+        p.temperature = 0.0f;
+        p.presence_penalty = 0.5f;
+        p.logprobs = 0;
+        break;
+      case 5:
+        p.temperature = 1.3f;
+        p.top_p = 0.8f;
+        break;
+    }
+  }
+  return reqs;
+}
+std::vector<SamplingRow> sampling_rows(const std::vector<SampleRequest>& reqs, int eos) {
+  std::vector<SamplingRow> rows;
+  for (const SampleRequest& q : reqs)
+    rows.push_back({&q.params, &q.prompt, &q.output, q.seed, eos, q.key});
+  return rows;
+}
+GraphSampling graph_sampling(const Sampler& s) {
+  GraphSampling gs;
+  gs.rows = &s.prepared_rows();
+  gs.lists = &s.prepared_lists();
+  gs.n_logprob_rows = s.prepared_logprob_rows();
+  gs.prompt_mask = s.prompt_mask();
+  gs.output_counts = s.output_counts();
+  return gs;
+}
+int64_t id_bytes(int B, int n_lp) {
+  return int64_t(B) * 4 + int64_t(n_lp) * (1 + 2 * kMaxTopLogprobs) * 4;
+}
+
+// Per bucket, 6 decode steps: the host path (logits-only graph + Sampler) and the in-graph path
+// (sampling graph) over the same device logits, each with its own Sampler and penalty state.
+void graph_sampling_matches_host(const DeepseekModel& m, const char* what) {
+  const int64_t V = m.config().vocab_size;
+  const int eos = m.config().eos_token_id;
+  std::mt19937 g(21);
+  int compared = 0, random_rows = 0;
+  for (int B : {1, 3, 5, 8, 13}) {
+    SCOPED_TRACE(strf("%s B=%d", what, B));
+    PagedKVCache cache = m.make_cache(int64_t(B) * kBlocksPerSeq);
+    Batch seqs = prefill(m, cache, B, g);
+    std::vector<SampleRequest> reqs = sample_requests(B, int(V), g);
+    CudaGraphRunner runner(m, {1, 2, 4, 8, 16});
+    const int Bp = cuda_graph_bucket(runner.capture_sizes(), B);
+    Storage dl(Device::CUDA, DType::F32, {16, V});
+    Sampler host, in_graph;
+    host.reserve(Device::CUDA, int(V), 16);
+    in_graph.reserve(Device::CUDA, int(V), 16);
+    for (int step = 0; step < 6; ++step) {
+      SCOPED_TRACE(strf("step %d", step));
+      OwnedBatch ob(seqs.decode, kBlockSize);
+      const std::vector<SamplingRow> rows = sampling_rows(reqs, eos);
+      ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // logits only
+      EXPECT_EQ(runner.last_download_bytes, 0);
+      std::vector<SampleResult> want, got;
+      host.sample(dl.view().rows(0, B), rows, &want);
+      in_graph.prepare(Device::CUDA, int(V), rows);
+      GraphSampling gs = graph_sampling(in_graph);
+      cuda::fill_bytes(runner.device_sampled_ids(Bp), 0xff);  // −1: an id not written shows
+      ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view(), &gs));
+      ASSERT_TRUE(gs.sampled);
+      for (int r = 0; r < B; ++r) ASSERT_GE(gs.tokens[r], 0) << "row " << r;
+      in_graph.finish(gs.tokens, gs.logprobs, gs.top_ids, &got);
+      // Only the ids (and the logprob rows asked for) came back.
+      EXPECT_EQ(runner.last_download_bytes, id_bytes(B, gs.n_logprob_rows));
+      ASSERT_EQ(got.size(), size_t(B));  // padding rows are never in the result
+      for (int r = 0; r < B; ++r) {
+        const SampleResult &a = want[size_t(r)], &b = got[size_t(r)];
+        EXPECT_EQ(b.token, a.token) << "row " << r;
+        EXPECT_EQ(b.top_logprobs, a.top_logprobs) << "row " << r;
+        if (reqs[size_t(r)].params.logprobs >= 0) {
+          EXPECT_EQ(b.logprob, a.logprob) << "row " << r;
+        }
+        ++compared;
+        random_rows += reqs[size_t(r)].params.temperature >= kGreedyTemperature;
+      }
+      // The next decode step: the host path's token at the next position.
+      for (int r = 0; r < B; ++r) {
+        SeqStep& d = seqs.decode[size_t(r)];
+        d.tokens = {want[size_t(r)].token};
+        ++d.start_pos;
+        reqs[size_t(r)].output.push_back(want[size_t(r)].token);
+      }
+    }
+    EXPECT_EQ(runner.capture_failures(), 0);
+    EXPECT_EQ(runner.captures(), 2);  // a logits-only graph and a sampling graph
+    EXPECT_EQ(runner.graph_sampled_steps(), 6);
+    EXPECT_TRUE(runner.host_sampling_reasons().empty());
+    const cuda::CudaGraph* plain = runner.graph(Bp, false);
+    const cuda::CudaGraph* sampled = runner.graph(Bp, true);
+    ASSERT_NE(plain, nullptr);
+    ASSERT_NE(sampled, nullptr);
+    const cuda::GraphNodeCounts np = plain->nodes(), ns = sampled->nodes();
+    EXPECT_EQ(ns.memsets, 0);
+    EXPECT_EQ(ns.hosts, 0);
+    EXPECT_EQ(ns.memcpys, np.memcpys);
+    EXPECT_EQ(ns.kernels, np.kernels + 1);  // + ops::sample's one kernel
+  }
+  std::printf("GRAPHSAMPLE %s: %d rows identical to the host path (%d random)\n", what, compared,
+              random_rows);
+}
+
+TEST(CudaGraphStep, BundledModelInGraphSamplingMatchesHostSampling) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  graph_sampling_matches_host(*m, "osprey-arith");
+}
+
+TEST(CudaGraphStep, Dsv32LikeInGraphSamplingMatchesHostSampling) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(3, 1, true);
+  graph_sampling_matches_host(*m, "dsv32-small");
+}
+
+// The sampling graph's budget: the decode step's kernels (the per-layer budget above, unchanged)
+// plus exactly one, ops::sample's sample_kernel (one block per row, every step of ops/sample.h in
+// it: the sampling that ran after the replay, now the graph's last node); no memset, no host node,
+// no copy node (the ids come back by one copy after the replay, outside the graph). The region's
+// copy grows by the sampling rows and the used token lists only.
+TEST(CudaGraphStep, SamplingGraphAddsOneSampleKernel) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(2, 1, true);
+  const int64_t V = m->config().vocab_size;
+  std::mt19937 g(5);
+  PagedKVCache cache = m->make_cache(kBudgetBatch * kBlocksPerSeq);
+  const Batch seqs = prefill(*m, cache, kBudgetBatch, g);
+  OwnedBatch ob(seqs.decode, kBlockSize);
+  CudaGraphRunner runner(*m, {kBudgetBatch});
+  Storage dl(Device::CUDA, DType::F32, {kBudgetBatch, V});
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  const int64_t plain_copy = runner.last_copy_bytes;
+  std::vector<SampleRequest> reqs = sample_requests(kBudgetBatch, int(V), g);
+  for (SampleRequest& q : reqs) q.params.logprobs = -1;  // ids only
+  Sampler s;
+  s.reserve(Device::CUDA, int(V), kBudgetBatch);
+  for (int i = 0; i < 2; ++i) {  // capture, then replay
+    s.prepare(Device::CUDA, int(V), sampling_rows(reqs, m->config().eos_token_id));
+    GraphSampling gs = graph_sampling(s);
+    ASSERT_TRUE(runner.forward(ob.batch(), cache, dl.view(), &gs));
+    ASSERT_TRUE(gs.sampled);
+    std::vector<SampleResult> out;
+    s.finish(gs.tokens, gs.logprobs, gs.top_ids, &out);
+    for (size_t r = 0; r < reqs.size(); ++r) reqs[r].output.push_back(out[r].token);
+    // Back: the 4 ids, 16 bytes. Up: the metadata, the rows (4 · 88 B, one 256 B-aligned piece)
+    // and the lists this step used.
+    EXPECT_EQ(runner.last_download_bytes, int64_t(kBudgetBatch) * 4);
+    EXPECT_EQ(runner.last_copy_bytes, plain_copy + 512 + int64_t(s.prepared_lists().size()) * 4);
+  }
+  EXPECT_EQ(runner.capture_failures(), 0);
+  EXPECT_EQ(runner.replays(), 2);
+  const cuda::CudaGraph* plain = runner.graph(kBudgetBatch, false);
+  const cuda::CudaGraph* sampled = runner.graph(kBudgetBatch, true);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(sampled, nullptr);
+  const GraphNodes a = graph_nodes(static_cast<cudaGraph_t>(plain->raw_graph()));
+  const GraphNodes b = graph_nodes(static_cast<cudaGraph_t>(sampled->raw_graph()));
+  constexpr int kSampleKernels = 1;
+  std::printf("GRAPHSAMPLE budget: logits graph %d kernels, sampling graph %d (budget +%d)\n",
+              a.kernels, b.kernels, kSampleKernels);
+  EXPECT_EQ(b.kernels, a.kernels + kSampleKernels) << b.summary();
+  EXPECT_EQ(b.memsets, 0) << b.summary();
+  EXPECT_EQ(b.hosts, 0) << b.summary();
+  EXPECT_EQ(b.others, 0) << b.summary();
+  EXPECT_EQ(b.memcpys, a.memcpys) << b.summary();
+  if (b.names_known()) {
+    EXPECT_EQ(b.kernels_named("sample_kernel"), 1) << b.summary();
+    EXPECT_EQ(a.kernels_named("sample_kernel"), 0) << a.summary();
+  } else {
+    std::printf("GRAPHSAMPLE note: the driver names no kernel; the name check is skipped\n");
+  }
+}
+
+// The sampling rows on the device across in-graph sampling steps that shrink and grow in one
+// bucket: real rows are the prepared ones, padding rows the padding row; only rows that shrank
+// off are rewritten.
+TEST(CudaGraphStep, SamplingRowsShrinkTailOnTheDevice) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  const int64_t V = m->config().vocab_size;
+  std::mt19937 g(3);
+  PagedKVCache cache = m->make_cache(7 * kBlocksPerSeq);
+  Batch seqs = prefill(*m, cache, 7, g);
+  std::vector<SampleRequest> reqs = sample_requests(7, int(V), g);
+  CudaGraphRunner runner(*m, {8});
+  Storage dl(Device::CUDA, DType::F32, {8, V});
+  Sampler s;
+  s.reserve(Device::CUDA, int(V), 8);
+  const SampleRowParams pad = graph_padding_sample_row();
+  auto step = [&](int B) {
+    std::vector<SeqStep> d(seqs.decode.begin(), seqs.decode.begin() + B);
+    OwnedBatch ob(d, kBlockSize);
+    const std::vector<SampleRequest> now(reqs.begin(), reqs.begin() + B);
+    s.prepare(Device::CUDA, int(V), sampling_rows(now, m->config().eos_token_id));
+    GraphSampling gs = graph_sampling(s);
+    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view(), &gs));
+    EXPECT_TRUE(gs.sampled);
+    std::vector<SampleResult> out;
+    s.finish(gs.tokens, gs.logprobs, gs.top_ids, &out);
+    for (int r = 0; r < B; ++r) {
+      SeqStep& x = seqs.decode[size_t(r)];
+      x.tokens = {out[size_t(r)].token};
+      ++x.start_pos;
+      reqs[size_t(r)].output.push_back(out[size_t(r)].token);
+    }
+    // The device rows: [0, B) the prepared rows, [B, 8) the padding row.
+    const Buffer dev = cuda::to_host(runner.device_sample_rows(8));
+    const auto* rows = static_cast<const SampleRowParams*>(dev.view().data);
+    for (int r = 0; r < 8; ++r) {
+      const SampleRowParams& want = r < B ? s.prepared_rows()[size_t(r)] : pad;
+      EXPECT_EQ(std::memcmp(&rows[r], &want, sizeof want), 0) << "B=" << B << " row " << r;
+    }
+  };
+  step(7);
+  EXPECT_EQ(runner.last_sample_row_rewrites, 1);  // first staging: row 7 laid out as padding
+  step(5);                                        // rows 5, 6 shrank off
+  EXPECT_EQ(runner.last_sample_row_rewrites, 2);
+  step(5);
+  EXPECT_EQ(runner.last_sample_row_rewrites, 0);
+  step(6);  // row 5 real again; 6, 7 stay padding untouched
+  EXPECT_EQ(runner.last_sample_row_rewrites, 0);
+  EXPECT_EQ(runner.graph_sampled_steps(), 4);
+  EXPECT_EQ(runner.capture_failures(), 0);
+}
+
+// The engine with --cuda-graph: seeded random sampling (penalties, min_tokens, logprobs) inside
+// the graphs gives the tokens of the same engine sampling on the host after each replay (the same
+// logits), synchronous and async; every graph step sampled inside its graph.
+TEST(CudaGraphStep, EngineInGraphSamplingMatchesHostSampling) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  std::mt19937 g(9);
+  std::uniform_int_distribution<int> tok(2, m->config().vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  const std::vector<SampleRequest> kinds = sample_requests(13, m->config().vocab_size, g);
+  for (int i = 0; i < 13; ++i) {
+    std::vector<int32_t> p(size_t(5 + 7 * i % 40));
+    for (auto& t : p) t = tok(g);
+    prompts.push_back(p);
+    SamplingParams sp = kinds[size_t(i)].params;
+    sp.seed = 500 + i;
+    sp.max_tokens = 3 + 2 * i;
+    sp.ignore_eos = true;
+    params.push_back(sp);
+  }
+  auto run = [&](bool graphs, bool in_graph, bool async, EngineStats* st) {
+    EngineConfig ec;
+    ec.max_num_seqs = 16;
+    ec.max_model_len = 256;
+    ec.num_blocks = 16 * 4;
+    ec.cuda_graph = graphs;
+    ec.cuda_graph_sampling = in_graph;
+    ec.async_scheduling = async;
+    Engine e(*m, ec);
+    std::vector<Engine::Result> r = e.generate(prompts, params);
+    *st = e.stats();
+    std::vector<std::vector<int32_t>> t;
+    for (auto& x : r) t.push_back(x.tokens);
+    return t;
+  };
+  EngineStats s_eager, s_host, s_sync, s_async, s_host_async;
+  const auto eager = run(false, false, false, &s_eager);
+  const auto host = run(true, false, false, &s_host);
+  const auto sync = run(true, true, false, &s_sync);
+  const auto async = run(true, true, true, &s_async);
+  const auto host_async = run(true, false, true, &s_host_async);
+  EXPECT_EQ(sync, host);
+  EXPECT_EQ(async, host);
+  EXPECT_EQ(host_async, host);
+  for (const EngineStats* s : {&s_sync, &s_async}) {
+    EXPECT_EQ(s->cuda_graph_capture_failures, 0);
+    EXPECT_GT(s->cuda_graph_replays, 10);
+    // Every graph step (replayed or captured) sampled inside its graph; none fell back.
+    EXPECT_EQ(s->cuda_graph_sampled_steps, s->cuda_graph_replays + s->cuda_graph_captures);
+    EXPECT_TRUE(s->cuda_graph_host_sampling_steps.empty());
+  }
+  EXPECT_EQ(s_host.cuda_graph_sampled_steps, 0);
+  // Against the engine without graphs: greedy requests are the same; a random one may differ
+  // where the padded step's GEMMs round a logit differently near a draw's bin edge (printed).
+  int differing = 0;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    if (params[i].temperature < kGreedyTemperature && params[i].presence_penalty == 0.0f) {
+      EXPECT_EQ(sync[i], eager[i]) << "greedy request " << i;
+    }
+    differing += sync[i] != eager[i];
+  }
+  std::printf(
+      "GRAPHSAMPLE engine: %lld in-graph sampled steps (sync), %lld (async); %d of %zu requests "
+      "differ from the engine without graphs\n",
+      static_cast<long long>(s_sync.cuda_graph_sampled_steps),
+      static_cast<long long>(s_async.cuda_graph_sampled_steps), differing, eager.size());
+}
+
+// A step whose token lists exceed the bucket's capacity (a request with 300 stop ids under
+// min_tokens) is sampled on the host path after the replay, counted under its reason; its tokens
+// are those of host sampling; once min_tokens is reached its steps sample inside the graph again.
+TEST(CudaGraphStep, EngineFallsBackToHostSamplingWhenTheListsDoNotFit) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  std::vector<std::vector<int32_t>> prompts = {{3, 4, 5, 6, 7, 8}};
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.seed = 42;
+  sp.max_tokens = 12;
+  sp.min_tokens = 8;
+  sp.ignore_eos = true;
+  for (int i = 0; i < 300; ++i) sp.stop_token_ids.push_back(100 + i % 50);
+  auto run = [&](bool in_graph, bool async, EngineStats* st) {
+    EngineConfig ec;
+    ec.max_num_seqs = 4;
+    ec.max_model_len = 128;
+    ec.num_blocks = 8;
+    ec.cuda_graph = true;
+    ec.cuda_graph_sampling = in_graph;
+    ec.async_scheduling = async;
+    Engine e(*m, ec);
+    const auto r = e.generate(prompts, {sp});
+    *st = e.stats();
+    return r[0].tokens;
+  };
+  EngineStats s_host, s_sync, s_async;
+  const auto host = run(false, false, &s_host);
+  const auto sync = run(true, false, &s_sync);
+  const auto async = run(true, true, &s_async);
+  EXPECT_EQ(host.size(), 12u);
+  EXPECT_EQ(sync, host);
+  EXPECT_EQ(async, host);
+  for (const EngineStats* s : {&s_sync, &s_async}) {
+    // Output tokens 1..7 (sampled while the output is shorter than min_tokens = 8) list the 300
+    // stop ids: host path; tokens 8.. sample inside the graph (token 0 is the prefill's, eager).
+    ASSERT_EQ(s->cuda_graph_host_sampling_steps.size(), 1u);
+    const auto& [why, n] = *s->cuda_graph_host_sampling_steps.begin();
+    EXPECT_NE(why.find("capacity"), std::string::npos) << why;
+    EXPECT_EQ(n, 7) << why;
+    EXPECT_GE(s->cuda_graph_sampled_steps, 4);
+    std::printf("GRAPHSAMPLE fallback (%s): %lld host-sampled graph steps (%s), %lld in-graph\n",
+                s == &s_sync ? "sync" : "async", static_cast<long long>(n), why.c_str(),
+                static_cast<long long>(s->cuda_graph_sampled_steps));
+  }
+}
 }  // namespace
 }  // namespace osprey
