@@ -147,6 +147,15 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_cuda_graph_capture_failures_total",
           "Buckets whose capture failed (their steps run eagerly).",
           double(s.cuda_graph_capture_failures));
+  counter("osprey_cuda_graph_sampled_steps_total",
+          "Graph-replayed decode steps sampled inside the graph (ids-only read-back).",
+          double(s.cuda_graph_sampled_steps));
+  double host_sampled = 0;
+  for (const auto& [why, n] : s.cuda_graph_host_sampling_steps) host_sampled += double(n);
+  counter("osprey_cuda_graph_host_sampling_steps_total",
+          "Graph-replayed decode steps sampled on the host path after the replay (in-graph "
+          "sampling on, but the step did not fit it).",
+          host_sampled);
   // Speculative decoding (vLLM's spec_decode_* counters, and the two ratios they give).
   counter("osprey_spec_decode_num_drafts_total",
           "Verify steps: sequences that verified draft tokens, per step.", double(s.spec_verifies));

@@ -22,6 +22,6 @@ echo "$back" | grep -q 'Ann has 12 apples' || fail "detokenize round trip: $back
 metrics=$(curl -s "$u/metrics")
 grep -q '^osprey_time_to_first_token_seconds_count [1-9]' <<<"$metrics" || fail "/metrics histogram"
 # A CPU server runs every step eagerly: the graph counters are there, at 0.
-grep -q "^osprey_cuda_graph_replays_total 0$" <<<"$metrics" && grep -q "^osprey_cuda_graph_capture_failures_total 0$" <<<"$metrics" || fail "/metrics graph counters"
+grep -q "^osprey_cuda_graph_replays_total 0$" <<<"$metrics" && grep -q "^osprey_cuda_graph_capture_failures_total 0$" <<<"$metrics" && grep -q "^osprey_cuda_graph_sampled_steps_total 0$" <<<"$metrics" || fail "/metrics graph counters"
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$u/v1/completions" -d '{') == 400 ]] || fail "malformed JSON is 400"
 echo "curl_test: all checks passed"
