@@ -426,43 +426,58 @@ TEST(CudaGraphStep, ShrinkTailOnTheDeviceBuffers) {
   EXPECT_EQ(runner.replays(), 3);
 }
 
+// n random prompts of 5 + 7·i % 40 tokens for the engine tests.
+std::vector<std::vector<int32_t>> engine_prompts(const DeepseekModel& m, int n, std::mt19937& g) {
+  std::uniform_int_distribution<int> tok(2, m.config().vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p(size_t(5 + 7 * i % 40));
+    for (auto& t : p) t = tok(g);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+// The engine tests' engine (16 sequences, 256 tokens, 64 blocks) run over the prompts: each
+// request's tokens and the engine's stats.
+std::vector<std::vector<int32_t>> run_engine(const DeepseekModel& m,
+                                             const std::vector<std::vector<int32_t>>& prompts,
+                                             const std::vector<SamplingParams>& params, bool graphs,
+                                             bool in_graph, bool async, EngineStats* st) {
+  EngineConfig ec;
+  ec.max_num_seqs = 16;
+  ec.max_model_len = 256;
+  ec.num_blocks = 16 * 4;
+  ec.cuda_graph = graphs;
+  ec.cuda_graph_sampling = in_graph;
+  ec.async_scheduling = async;
+  Engine e(m, ec);
+  std::vector<Engine::Result> r = e.generate(prompts, params);
+  *st = e.stats();
+  std::vector<std::vector<int32_t>> t;
+  for (auto& x : r) t.push_back(x.tokens);
+  return t;
+}
+
 // The engine with --cuda-graph: the eager engine's greedy tokens, synchronous and async; the
 // batch shrinks across bucket edges (16 → 8 → 4 → 2 → 1) as requests finish.
 TEST(CudaGraphStep, EngineGreedyTokensMatchEager) {
   OSPREY_REQUIRE_GPU();
   const auto m = load_model_cuda(bundled_model());
   std::mt19937 g(9);
-  std::uniform_int_distribution<int> tok(2, m->config().vocab_size - 1);
-  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<std::vector<int32_t>> prompts = engine_prompts(*m, 13, g);
   std::vector<SamplingParams> params;
   for (int i = 0; i < 13; ++i) {
-    std::vector<int32_t> p(size_t(5 + 7 * i % 40));
-    for (auto& t : p) t = tok(g);
-    prompts.push_back(p);
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = 3 + 2 * i;
     sp.ignore_eos = true;
     params.push_back(sp);
   }
-  auto run = [&](bool graphs, bool async, EngineStats* st) {
-    EngineConfig ec;
-    ec.max_num_seqs = 16;
-    ec.max_model_len = 256;
-    ec.num_blocks = 16 * 4;
-    ec.cuda_graph = graphs;
-    ec.async_scheduling = async;
-    Engine e(*m, ec);
-    std::vector<Engine::Result> r = e.generate(prompts, params);
-    *st = e.stats();
-    std::vector<std::vector<int32_t>> t;
-    for (auto& x : r) t.push_back(x.tokens);
-    return t;
-  };
+  // Host sampling after each replay (in-graph sampling has its own test below).
   EngineStats s_eager, s_sync, s_async;
-  const auto eager = run(false, false, &s_eager);
-  const auto sync = run(true, false, &s_sync);
-  const auto async = run(true, true, &s_async);
+  const auto eager = run_engine(*m, prompts, params, false, false, false, &s_eager);
+  const auto sync = run_engine(*m, prompts, params, true, false, false, &s_sync);
+  const auto async = run_engine(*m, prompts, params, true, false, true, &s_async);
   EXPECT_EQ(sync, eager);
   EXPECT_EQ(async, eager);
   EXPECT_EQ(s_eager.cuda_graph_replays, 0);
@@ -758,14 +773,10 @@ TEST(CudaGraphStep, EngineInGraphSamplingMatchesHostSampling) {
   OSPREY_REQUIRE_GPU();
   const auto m = load_model_cuda(bundled_model());
   std::mt19937 g(9);
-  std::uniform_int_distribution<int> tok(2, m->config().vocab_size - 1);
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<SamplingParams> params;
   const std::vector<SampleRequest> kinds = sample_requests(13, m->config().vocab_size, g);
+  const std::vector<std::vector<int32_t>> prompts = engine_prompts(*m, 13, g);
+  std::vector<SamplingParams> params;
   for (int i = 0; i < 13; ++i) {
-    std::vector<int32_t> p(size_t(5 + 7 * i % 40));
-    for (auto& t : p) t = tok(g);
-    prompts.push_back(p);
     SamplingParams sp = kinds[size_t(i)].params;
     sp.seed = 500 + i;
     sp.max_tokens = 3 + 2 * i;
@@ -773,19 +784,7 @@ TEST(CudaGraphStep, EngineInGraphSamplingMatchesHostSampling) {
     params.push_back(sp);
   }
   auto run = [&](bool graphs, bool in_graph, bool async, EngineStats* st) {
-    EngineConfig ec;
-    ec.max_num_seqs = 16;
-    ec.max_model_len = 256;
-    ec.num_blocks = 16 * 4;
-    ec.cuda_graph = graphs;
-    ec.cuda_graph_sampling = in_graph;
-    ec.async_scheduling = async;
-    Engine e(*m, ec);
-    std::vector<Engine::Result> r = e.generate(prompts, params);
-    *st = e.stats();
-    std::vector<std::vector<int32_t>> t;
-    for (auto& x : r) t.push_back(x.tokens);
-    return t;
+    return run_engine(*m, prompts, params, graphs, in_graph, async, st);
   };
   EngineStats s_eager, s_host, s_sync, s_async, s_host_async;
   const auto eager = run(false, false, false, &s_eager);
