@@ -38,7 +38,8 @@ int64_t comm_message_bytes(const std::string& op, int64_t tokens, const CommBenc
                            int world) {
   const int64_t f32 = 4;
   if (op == "all_reduce") return tokens * o.hidden * f32;
-  if (op == "all_to_all") return world * rows_per_peer(tokens, o, world) * (o.hidden + kDispatchExtra) * f32;
+  if (op == "all_to_all")
+    return world * rows_per_peer(tokens, o, world) * (o.hidden + kDispatchExtra) * f32;
   fail("bench comm: unknown collective '", op, "'");
 }
 
@@ -91,8 +92,8 @@ CommBenchRow time_op(dist::Communicator& c, dist::Communicator& host, const std:
       for (int i = 0; i < world; ++i)
         for (int64_t e : {i * seg, i * seg + seg - 1})
           if (h.f32()[e] != float(i + 1))
-            fail("bench comm: all_to_all on rank ", rank, " received ", h.f32()[e],
-                 " from rank ", i, ", expected ", i + 1);
+            fail("bench comm: all_to_all on rank ", rank, " received ", h.f32()[e], " from rank ",
+                 i, ", expected ", i + 1);
     };
   }
   call();
@@ -165,8 +166,8 @@ std::vector<CommBenchRow> run_comm_benchmark(const dist::ParallelConfig& p, Devi
   p.validate();
   const int world = p.world_size(), local = p.ranks_per_node(), first = p.first_local_rank();
   if (device == Device::CUDA && local != 1)
-    fail("bench comm on CUDA: one rank per process; launch ", world,
-         " processes with --nnodes ", world, " --node-rank r (as osprey serve's ranks)");
+    fail("bench comm on CUDA: one rank per process; launch ", world, " processes with --nnodes ",
+         world, " --node-rank r (as osprey serve's ranks)");
   std::vector<std::unique_ptr<dist::Communicator>> host;  // [local ranks]
   if (p.nnodes == 1 && device == Device::CPU) {
     host = dist::make_thread_group(world);

@@ -179,7 +179,7 @@ class DeepseekModel {
   ModelAblation ablation_;
   bool fp8_index_keys_ = true;
   bool fp8_latent_ = false;
-  RankShard shard_;                     // one rank holding everything unless set_parallel
+  RankShard shard_;  // one rank holding everything unless set_parallel
   std::unique_ptr<dist::TimedCommunicator> timed_comm_;  // wraps set_parallel's comm
   dist::Communicator* comm_ = nullptr;  // the ranks' data plane (null: not parallel)
   StepPublisher* publisher_ = nullptr;  // rank 0 of a parallel model

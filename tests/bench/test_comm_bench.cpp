@@ -58,8 +58,12 @@ void expect_consistent_run(int world) {
   EXPECT_EQ(rows[1].bytes, 64 * rows[0].bytes);
 }
 
-TEST(CommBench, TwoThreadRanks) { expect_consistent_run(2); }
-TEST(CommBench, FourThreadRanks) { expect_consistent_run(4); }
+TEST(CommBench, TwoThreadRanks) {
+  expect_consistent_run(2);
+}
+TEST(CommBench, FourThreadRanks) {
+  expect_consistent_run(4);
+}
 
 TEST(CommBench, BadOptionsAreRefused) {
   dist::ParallelConfig p;
