@@ -48,7 +48,6 @@ for w in 2 4 8; do
     echo "SKIP tp$w dp$w-ep (needs $w GPUs)" | tee -a "$summary"
   fi
 done
-echo "Not scripted yet (needs the multi-GPU machine and a bench step/serve over ranks):" \
-  "bench step on the 61-layer V3.2 shape, bench serve --input-len 5000 --output-len 500" \
-  "--max-concurrency 64, all-reduce/all-to-all times beside NCCL's bus bandwidth" | tee -a "$summary"
+echo "The 61-layer V3.2 shape (TP8 bench serve 5000/500/64, bench comm, DP8+EP):" \
+  "scripts/gpu_dist_full.sh $osprey OUT_DIR (its own device call)" | tee -a "$summary"
 cat "$summary"

@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/comm.h"
 #include "bench/kernels.h"
 #include "bench/serve.h"
 #include "bench/step.h"
 #include "bench/url.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "core/error.h"
 
 namespace osprey::cli {
@@ -248,15 +251,58 @@ void add_kernels(CLI::App& bench) {
   });
 }
 
+struct CommArgs {
+  bench::CommBenchOptions o;
+  dist::ParallelConfig parallel;
+  std::string device = "cpu";
+  std::string op = "all";
+  std::vector<int64_t> tokens = {1, 64, 2048};
+};
+
+void add_comm(CLI::App& bench) {
+  auto a = std::make_shared<CommArgs>();
+  CLI::App* sub = bench.add_subcommand(
+      "comm",
+      "time all-reduce and all-to-all alone on the ranks at DeepSeek-V3.2's step sizes, with "
+      "nccl-tests' algorithm and bus bandwidth (ranks launched as osprey serve's)");
+  add_parallel_flags(sub, a->parallel);
+  sub->add_option("--device", a->device,
+                  "cpu (ranks as threads, or TCP processes with --nnodes) or cuda (one process "
+                  "per GPU over NCCL: --nnodes W --node-rank r)")
+      ->capture_default_str();
+  sub->add_option("--op", a->op, "all, all_reduce or all_to_all")->capture_default_str();
+  sub->add_option("--tokens", a->tokens,
+                  "tokens per message, comma-separated (1: a decode step, 64: a decode batch, "
+                  "2048: a prefill chunk)")
+      ->delimiter(',')
+      ->capture_default_str();
+  sub->add_option("--hidden", a->o.hidden, "hidden size (DeepSeek-V3.2: 7168)")
+      ->capture_default_str();
+  sub->add_option("--topk", a->o.topk, "routed experts per token (all-to-all rows per token)")
+      ->capture_default_str();
+  sub->add_option("--warmup", a->o.warmup, "untimed calls per size")->capture_default_str();
+  sub->add_option("--iters", a->o.iters, "timed calls per size (median reported)")
+      ->capture_default_str();
+  sub->callback([a] {
+    if (a->op != "all" && a->op != "all_reduce" && a->op != "all_to_all")
+      fail("--op must be all, all_reduce or all_to_all, got '", a->op, "'");
+    a->o.all_reduce = a->op != "all_to_all";
+    a->o.all_to_all = a->op != "all_reduce";
+    a->o.tokens = a->tokens;
+    bench::run_comm_benchmark(a->parallel, parse_device_flag(a->device), a->o);
+  });
+}
+
 void register_cmd(CLI::App& app) {
   CLI::App* bench = app.add_subcommand(
       "bench",
       "benchmarks: serve (an OpenAI-compatible server), step (model steps on the GPU), kernels "
-      "(fast kernels alone on the GPU)");
+      "(fast kernels alone on the GPU), comm (collectives on the ranks)");
   bench->require_subcommand(1);
   add_serve(*bench);
   add_step(*bench);
   add_kernels(*bench);
+  add_comm(*bench);
 }
 
 }  // namespace

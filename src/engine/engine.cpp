@@ -312,6 +312,7 @@ std::vector<RequestOutput> Engine::step() {
 
 std::vector<RequestOutput> Engine::step_sync() {
   const auto t0 = Clock::now();
+  const double comm0 = model_.comm_seconds();
   const StepPlan plan = scheduler_.schedule();
   std::vector<Emitted> emitted;
   std::vector<SampleResult> results;
@@ -429,6 +430,7 @@ std::vector<RequestOutput> Engine::step_sync() {
   counters_.last_step_seconds = seconds_between(t0, Clock::now());
   if (!plan.empty()) {
     record.seconds = counters_.last_step_seconds;
+    record.comm_seconds = model_.comm_seconds() - comm0;
     record_step(record, shape);
   }
   std::vector<RequestOutput> outputs = collect_outputs();

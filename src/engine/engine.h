@@ -102,6 +102,11 @@ struct StepRecord {
   // step's forward starting. −1 when the device had nothing queued before (the first step after
   // an idle engine).
   double device_idle_seconds = -1;
+  // A parallel model: rank 0's seconds inside its collectives during the step (all-reduce,
+  // all-gather, all-to-all of the forward; the host's wall time around each call, the wait for
+  // the other ranks included: dist/timed_comm.h). 0 on one rank. (A parallel model steps
+  // synchronously, so the difference over the step is the forward's alone.)
+  double comm_seconds = 0;
   int num_decodes = 0;
   int64_t decode_context_tokens = 0;  // Σ over the decodes of their context
   int num_chunks = 0;

@@ -70,7 +70,8 @@ void DeepseekModel::set_parallel(const RankShard& shard, dist::Communicator* com
   OSPREY_CHECK(comm->device() == device_, "the communicator is not on the model's device");
   OSPREY_CHECK(shard.expert_begin == weights_.first_expert, "weights of another shard");
   shard_ = shard;
-  comm_ = comm;
+  timed_comm_ = std::make_unique<dist::TimedCommunicator>(*comm);
+  comm_ = timed_comm_.get();
   publisher_ = publisher;
 }
 

@@ -23,6 +23,7 @@
 #include "config/model_config.h"
 #include "core/storage.h"
 #include "dist/communicator.h"
+#include "dist/timed_comm.h"
 #include "kv/kv_cache_dtype.h"
 #include "kv/paged_cache.h"
 #include "model/ablation.h"
@@ -119,6 +120,10 @@ class DeepseekModel {
   void set_parallel(const RankShard& shard, dist::Communicator* comm, StepPublisher* publisher);
   const RankShard& shard() const { return shard_; }
   bool parallel() const { return comm_ != nullptr; }
+  // Seconds this rank has spent inside its collectives since set_parallel (dist/timed_comm.h:
+  // host wall time around each call, the peers' skew included); 0 for a model that is not
+  // parallel. The engine's StepRecord::comm_seconds is its difference over a step.
+  double comm_seconds() const { return timed_comm_ ? timed_comm_->seconds() : 0.0; }
   // The step as every rank runs it (no publishing): what forward() calls, and what the other
   // ranks' lockstep loop calls with the published step.
   void forward_rank(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
@@ -174,7 +179,8 @@ class DeepseekModel {
   ModelAblation ablation_;
   bool fp8_index_keys_ = true;
   bool fp8_latent_ = false;
-  RankShard shard_;                     // one rank holding everything unless set_parallel
+  RankShard shard_;  // one rank holding everything unless set_parallel
+  std::unique_ptr<dist::TimedCommunicator> timed_comm_;  // wraps set_parallel's comm
   dist::Communicator* comm_ = nullptr;  // the ranks' data plane (null: not parallel)
   StepPublisher* publisher_ = nullptr;  // rank 0 of a parallel model
 };

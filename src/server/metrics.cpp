@@ -78,8 +78,8 @@ Metrics::Metrics()
             0.075, 0.1,    0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1,    2.5}),
       e2e_({0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}) {
   for (size_t i = 0; i < std::size(kStepKinds); ++i)
-    steps_.push_back(
-        {Histogram(step_buckets()), Histogram(host_buckets()), Histogram(host_buckets())});
+    steps_.push_back({Histogram(step_buckets()), Histogram(host_buckets()),
+                      Histogram(host_buckets()), Histogram(host_buckets())});
 }
 
 void Metrics::observe_ttft(double s) {
@@ -100,6 +100,7 @@ void Metrics::observe_step(const StepRecord& r) {
   f.seconds.observe(r.seconds);
   f.host.observe(r.host_seconds);
   if (r.device_idle_seconds >= 0) f.idle.observe(r.device_idle_seconds);
+  if (r.comm_seconds > 0) f.comm.observe(r.comm_seconds);  // parallel models only
   f.predicted_s += r.predicted_seconds;
   f.decode_seqs += r.num_decodes;
   f.decode_context += double(r.decode_context_tokens);
@@ -142,8 +143,10 @@ std::string Metrics::render(const EngineStats& s) const {
   counter("osprey_num_preemptions_total", "Preemptions by recompute.", double(s.num_preemptions));
   counter("osprey_cuda_graph_replays_total", "Decode steps run as CUDA graph replays.",
           double(s.cuda_graph_replays));
-  counter("osprey_cuda_graph_captures_total", "CUDA graphs captured (one per bucket, again when "
-          "the memory a graph points at moved).", double(s.cuda_graph_captures));
+  counter("osprey_cuda_graph_captures_total",
+          "CUDA graphs captured (one per bucket, again when "
+          "the memory a graph points at moved).",
+          double(s.cuda_graph_captures));
   counter("osprey_cuda_graph_capture_failures_total",
           "Buckets whose capture failed (their steps run eagerly).",
           double(s.cuda_graph_capture_failures));
@@ -207,6 +210,11 @@ std::string Metrics::render(const EngineStats& s) const {
                     "arriving to this step's forward starting (steps that followed another), by "
                     "kind.",
                     &StepFamily::idle);
+  histogram_by_kind("osprey_step_comm_seconds",
+                    "A parallel model: rank 0's time inside each step's collectives (all-reduce, "
+                    "all-gather, all-to-all; host wall time around each call, waiting for the "
+                    "other ranks included), by kind.",
+                    &StepFamily::comm);
   auto by_kind = [&](const char* name, const char* help, double StepFamily::*field) {
     o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
     for (StepKind k : kStepKinds)

@@ -16,7 +16,9 @@
 //              osprey_step_host_seconds{step_kind} (the host's time on the critical path before
 //              each launch: schedule + build, engine.h StepRecord), and
 //              osprey_step_device_idle_seconds{step_kind} (the device's idle gap before each
-//              step: previous step's ids back → this forward's start), both 10% apart from 1 µs
+//              step: previous step's ids back → this forward's start), both 10% apart from 1 µs,
+//              and osprey_step_comm_seconds{step_kind} (a parallel model: rank 0's time inside
+//              the step's collectives, StepRecord::comm_seconds; no samples on one rank)
 //   per step kind, counters of the steps' shapes (the roofline of the mean step, bench serve):
 //              osprey_step_decode_seqs_total, osprey_step_decode_context_tokens_total,
 //              osprey_step_prefill_chunks_total, osprey_step_prefill_tokens_total,
@@ -68,6 +70,7 @@ class Metrics {
     Histogram seconds;
     Histogram host;  // host time before the launch (StepRecord::host_seconds)
     Histogram idle;  // the device's idle gap before the step (when it had one)
+    Histogram comm;  // rank 0's time in the step's collectives (parallel models)
     double predicted_s = 0;
     double decode_seqs = 0, decode_context = 0, chunks = 0, prefill_tokens = 0, prefill_start = 0;
   };
