@@ -73,7 +73,7 @@ CommBenchRow time_op(dist::Communicator& c, dist::Communicator& host, const std:
     const int64_t n = tokens * o.hidden;  // [T, hidden]
     a = filled(dev, n, mine);
     call = [&] { c.all_reduce_sum(a.view()); };
-    check = [&] {
+    check = [&, n] {  // n by value: it ends with this block, the lambda is called after
       const Buffer h = to_host(a.view());
       const float want = float(world) * float(world + 1) / 2;
       for (int64_t i : {int64_t(0), n / 2, n - 1})
@@ -87,7 +87,7 @@ CommBenchRow time_op(dist::Communicator& c, dist::Communicator& host, const std:
     b = filled(dev, seg * world, 0);     // received
     counts.assign(size_t(world), seg);
     call = [&] { c.all_to_allv(b.view(), counts, a.view(), counts); };
-    check = [&] {
+    check = [&, seg] {  // seg by value, as n above
       const Buffer h = to_host(b.view());
       for (int i = 0; i < world; ++i)
         for (int64_t e : {i * seg, i * seg + seg - 1})
