@@ -87,10 +87,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// 16-byte streaming global load (read once: no L1 allocation).
-__device__ __forceinline__ uint4 ld_stream_16(const void* p) {
+// 16-byte read-only global load through L1 (the non-coherent path: the data does not change
+// while the kernel runs), so the rest of its 32-byte sector serves the next load from L1.
+__device__ __forceinline__ uint4 ld_nc_16(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;

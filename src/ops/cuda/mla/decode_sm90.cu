@@ -124,56 +124,65 @@ __device__ __forceinline__ uint2 dequant4(uint32_t w, float s) {
 }
 
 // The producer's share of one stage: thread pt (0..127) fills half `half` of row r = pt / 2.
-template <bool kFp8>
-__device__ __forceinline__ void load_row_half(uint8_t* tile, const Params& a, int r, int half,
-                                              int64_t row) {
+// BF16 rows: cp.async of the half's 36 units of 8 values.
+__device__ __forceinline__ void load_row_half_bf16(uint8_t* tile, const Params& a, int r, int half,
+                                                   int64_t row) {
   const bool ok = row >= 0;
   uint8_t* dst_row = tile + r * 128;  // + chunk · kChunkBytes
   const uint32_t sw = uint32_t(r & 7);
-  if constexpr (!kFp8) {
-    // 576 BF16 = 72 units of 8; this half takes units 36·half .. 36·half + 35.
-    const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
+  // 576 BF16 = 72 units of 8; this half takes units 36·half .. 36·half + 35.
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
 #pragma unroll 12
-    for (int k = 0; k < 36; ++k) {
-      const int u = half * 36 + k, chunk = u >> 3, uu = u & 7;
-      hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), src + u * 16,
-                      ok ? 16u : 0u);
-    }
-  } else {
-    // Latent: 512 e4m3 = 32 units of 16 values, this half takes 16 (tiles 2·half, 2·half + 1);
-    // rope: 64 BF16 = 8 units of 8, this half takes 4.
-    const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
-    float s[2] = {0.0f, 0.0f};
-    if (ok) {
-      const float2 sc = *reinterpret_cast<const float2*>(src + kLat + 8 * half);
-      s[0] = sc.x;
-      s[1] = sc.y;
-    }
-    // Rope (BF16, no conversion): straight to shared memory; zero-filled for an invalid row.
-    const uint8_t* pe = src + kLat + 4 * (kLat / 128);
+  for (int k = 0; k < 36; ++k) {
+    const int u = half * 36 + k, chunk = u >> 3, uu = u & 7;
+    hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), src + u * 16,
+                    ok ? 16u : 0u);
+  }
+}
+
+// FP8 rows in two steps: fetch_fp8_scales reads the half's two tile scales before the producer
+// waits for the stage to be released (with the row index, found before the wait too: the top-k
+// and block-table lookups and this load overlap the consumers' use of the stage);
+// store_fp8_half then copies the rope (cp.async), loads the half's latent bytes and writes them
+// dequantised into the stage. (Loading the latent before the wait as well made ptxas spill 80
+// bytes in the 96-register producer.)
+// Latent: 512 e4m3 = 32 units of 16 values, this half takes 16 (tiles 2·half, 2·half + 1);
+// rope: 64 BF16 = 8 units of 8, this half takes 4.
+__device__ __forceinline__ float2 fetch_fp8_scales(const Params& a, int half, int64_t row) {
+  if (row < 0) return make_float2(0.0f, 0.0f);
+  return *reinterpret_cast<const float2*>(a.cache + row * a.token_bytes + kLat + 8 * half);
+}
+__device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, int r, int half,
+                                               int64_t row, float2 scales) {
+  const bool ok = row >= 0;
+  uint8_t* dst_row = tile + r * 128;  // + chunk · kChunkBytes
+  const uint32_t sw = uint32_t(r & 7);
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
+  // Rope (BF16, no conversion): straight to shared memory; zero-filled for an invalid row.
+  const uint8_t* pe = src + kLat + 4 * (kLat / 128);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int ru = half * 4 + k;  // rope unit (8 BF16) → column 512 + 8·ru
-      const int u = kLat / 8 + ru, chunk = u >> 3, uu = u & 7;
-      hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), pe + ru * 16,
-                      ok ? 16u : 0u);
-    }
-    // The half's 16 latent units all in flight at once (one memory round trip per stage).
-    uint4 v[16];
+  for (int k = 0; k < 4; ++k) {
+    const int ru = half * 4 + k;  // rope unit (8 BF16) → column 512 + 8·ru
+    const int u = kLat / 8 + ru, chunk = u >> 3, uu = u & 7;
+    hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), pe + ru * 16,
+                    ok ? 16u : 0u);
+  }
+  // The half's 16 latent units all in flight at once (one memory round trip per stage).
+  // L1-allocating: a 16-byte load uses half of its 32-byte sector, the other half is the next.
+  uint4 v[16];
 #pragma unroll
-    for (int k = 0; k < 16; ++k)
-      v[k] = ok ? hw::ld_stream_16(src + (half * 16 + k) * 16) : make_uint4(0u, 0u, 0u, 0u);
+  for (int k = 0; k < 16; ++k)
+    v[k] = ok ? hw::ld_nc_16(src + (half * 16 + k) * 16) : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      const int vu = half * 16 + k;  // 16-value unit of the latent
-      const float sk = s[k / 8];     // 128-value tile: 8 units each
-      const uint2 a0 = dequant4(v[k].x, sk), a1 = dequant4(v[k].y, sk);
-      const uint2 b0 = dequant4(v[k].z, sk), b1 = dequant4(v[k].w, sk);
-      const int u0 = 2 * vu, chunk = u0 >> 3, uu = u0 & 7;  // two 8-value BF16 units
-      uint8_t* d = dst_row + chunk * kChunkBytes;
-      hw::st_shared_16(d + ((uint32_t(uu) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
-      hw::st_shared_16(d + ((uint32_t(uu + 1) ^ sw) << 4), make_uint4(b0.x, b0.y, b1.x, b1.y));
-    }
+  for (int k = 0; k < 16; ++k) {
+    const int vu = half * 16 + k;                  // 16-value unit of the latent
+    const float sk = k < 8 ? scales.x : scales.y;  // 128-value tile: 8 units each
+    const uint2 a0 = dequant4(v[k].x, sk), a1 = dequant4(v[k].y, sk);
+    const uint2 b0 = dequant4(v[k].z, sk), b1 = dequant4(v[k].w, sk);
+    const int u0 = 2 * vu, chunk = u0 >> 3, uu = u0 & 7;  // two 8-value BF16 units
+    uint8_t* d = dst_row + chunk * kChunkBytes;
+    hw::st_shared_16(d + ((uint32_t(uu) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
+    hw::st_shared_16(d + ((uint32_t(uu + 1) ^ sw) << 4), make_uint4(b0.x, b0.y, b1.x, b1.y));
   }
 }
 
@@ -365,10 +374,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       const int64_t p = run.p;
       for (int b = b0; b < b1; ++b, ++it) {
         const int stage = it % kStages;
-        hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+        // The row's index (and an FP8 row's scales) before the stage is free: the top-k and
+        // block-table lookups overlap the consumers' use of it.
         const int64_t row = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r);
+        [[maybe_unused]] float2 scales;
+        if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
+        hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
         if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-        load_row_half<kFp8>(sm.kv[stage], a, r, half, row);
+        if constexpr (kFp8)
+          store_fp8_half(sm.kv[stage], a, r, half, row, scales);
+        else
+          load_row_half_bf16(sm.kv[stage], a, r, half, row);
         hw::cp_async_wait_all();  // BF16 rows, or the FP8 rows' rope part
         hw::fence_proxy_async();
         hw::mbar_arrive(&sm.full[stage]);
