@@ -339,21 +339,25 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   } else {
     ops::linears(x, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
   }
-  Tensor latent = alloc(f32, {T, kv_lora});  // [n_tokens, kv_lora]
-  Tensor k_pe = alloc(f32, {T, 1, rope});    // [n_tokens, 1, rope]
-  ops::copy_columns(latent, 0, kv, 0, kv_lora);
-  ops::copy_columns(k_pe, 0, kv, kv_lora, rope);
-  Tensor latent_n = alloc(f32, {T, kv_lora});
-  ops::rms_norm(latent_n, latent, w.kv_a_norm, float(c.rms_norm_eps));
   const bool interleaved = c.rope_interleave;
   ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
-  ops::rope(k_pe, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
-  if (o.dump) {
+  if (o.dump) {  // the stages apart, to be dumped: the composition mla_kv_write fuses
+    Tensor latent = alloc(f32, {T, kv_lora});  // [n_tokens, kv_lora]
+    Tensor k_pe = alloc(f32, {T, 1, rope});    // [n_tokens, 1, rope]
+    ops::copy_columns(latent, 0, kv, 0, kv_lora);
+    ops::copy_columns(k_pe, 0, kv, kv_lora, rope);
+    Tensor latent_n = alloc(f32, {T, kv_lora});
+    ops::rms_norm(latent_n, latent, w.kv_a_norm, float(c.rms_norm_eps));
+    ops::rope(k_pe, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
     o.dump->put(stage(l, "q"), q);
     o.dump->put(stage(l, "latent"), latent_n);
     o.dump->put(stage(l, "k_pe"), k_pe);
+    ops::mla_cache_write(cache.latent(l), latent_n, k_pe.reshape({T, rope}), b.attn);
+  } else {
+    // kv_a's split, kv_a_norm, k_pe's rope and the cache write in one op (one kernel on CUDA).
+    ops::mla_kv_write(cache.latent(l), kv, w.kv_a_norm, float(c.rms_norm_eps), inv_freq_,
+                      rope_attention_factor_, interleaved, b.attn);
   }
-  ops::mla_cache_write(cache.latent(l), latent_n, k_pe.reshape({T, rope}), b.attn);
 
   Tensor topk;  // [n_tokens, index_topk] I32 (V3.2)
   if (c.has_indexer) {

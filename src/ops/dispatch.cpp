@@ -77,6 +77,11 @@ void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m) {
   OSPREY_DISPATCH(mla_cache_write, latent_cache.device, latent_cache, latent, k_pe, m);
 }
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m) {
+  OSPREY_DISPATCH(mla_kv_write, latent_cache.device, latent_cache, kv, norm_w, eps, inv_freq,
+                  attention_factor, interleaved, m);
+}
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
   OSPREY_DISPATCH(mla_cache_gather, out.device, out, latent_cache, m);
 }

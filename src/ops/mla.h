@@ -78,6 +78,13 @@ void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 // a CUDA graph bucket) writes nothing on CUDA; the CPU twin refuses it (no padded batch runs
 // there).
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
+// The latent cache write of a layer from kv_a_proj's output, fused (issue 13: a kernel that only
+// moves bytes is one kernel): with kv [n_tokens, kv_lora + rope] (F32 or BF16), latent =
+// rms_norm(kv[:, :kv_lora], norm_w, eps) and k_pe = rope(kv[:, kv_lora:]) at m.positions
+// (interleaved or half-split pairs, inv_freq [rope/2], attention_factor: ops/rope.h), then
+// mla_cache_write(latent_cache, latent, k_pe, m). The CPU twin is that composition of CPU ops.
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m);
 // out [Σ seq_lens, kv_lora + rope] = the cached rows of every sequence, in order (kv_start_loc =
 // cumsum); an FP8 cache is dequantized (the prefill path).
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
@@ -100,6 +107,8 @@ namespace cpu {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m);
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
                             Tensor topk_indices, float scale, Tensor lse = {});
@@ -111,6 +120,8 @@ namespace cuda {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m);
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m);
 void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const AttentionMeta& m,
                             Tensor topk_indices, float scale, Tensor lse = {});

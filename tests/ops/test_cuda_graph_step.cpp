@@ -243,23 +243,22 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
 // removed the redundant quantisations (ops::linears: one per input instead of one per FP8 linear)
 // and counts each kernel left, name → why a decode step needs it. Counted from the launch paths
 // after those changes and measured on the H200 (2026-12-01: dense 41, MoE 50, DSA 12 with the
-// indexer on): the test prints the measured counts. A change that adds (or removes) a kernel must
+// indexer on), then 4 fewer a layer with ops::mla_kv_write (37, 46, 12: counted, not yet
+// measured): the test prints the measured counts. A change that adds (or removes) a kernel must
 // change these on purpose. Layer 0 has one more (mla_plan: the split-KV plan, built once a step,
 // reused by every layer); the differencing below measures layers past 0. These budgets are read
 // from the logits-only graph; the engine's decode graph (sampling inside it) adds exactly one
 // kernel per step, not per layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
-//   attention without the indexer (22):
+//   attention without the indexer (18; 22 before ops::mla_kv_write, not yet measured on the H200):
 //     quantize_rows(x)         x → e4m3 once for q_a_proj, kv_a_proj (and the indexer's wk)
 //     fp8_swapab × 2           q_a_proj, kv_a_proj
 //     rms_norm                 q_a_norm → q_lat
 //     quantize_rows(q_lat)     q_lat → e4m3 once for q_b_proj (and the indexer's wq_b)
 //     fp8_swapab               q_b_proj
-//     copy_columns × 2         kv_a's output split into latent [T, 512] and k_pe [T, 64]: the norm
-//                              and the cache write take contiguous rows (the kv_a split fusion of
-//                              issue 13 would remove both)
-//     rms_norm                 kv_a_norm on the latent
-//     rope × 2                 q's rope part, k_pe
-//     cache_write              latent + k_pe into the paged cache (BF16)
+//     rope                     q's rope part
+//     kv_write                 kv_a's output split, kv_a_norm on the latent, k_pe's rope and the
+//                              paged cache write (BF16) in one kernel (ops::mla_kv_write; before
+//                              it: copy_columns × 2, rms_norm, rope, cache_write: 4 kernels more)
 //     convert + GEMM           q_nope → BF16, · W_UK per head (the absorbed query; cuBLASLt BF16)
 //     copy_rope                q's rope part beside the absorbed query [T, H, 576]
 //     mla_decode               sparse/dense absorbed attention, split-KV partials
@@ -286,11 +285,11 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
 //     silu_mul, quantize + 1   the shared expert's silu·mul and down
 //     add                      routed + shared
 //     rms_norm (add)           residual += ffn; next input_layernorm
-constexpr int kAttentionKernels = 22;
+constexpr int kAttentionKernels = 18;
 constexpr int kDenseMlpKernels = 7;
 constexpr int kMoeFfnKernels = 16;
-constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 29
-constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 38
+constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 25
+constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 34
 constexpr int kDsaLayerKernels = 12;
 constexpr int kBudgetBatch = 4;
 

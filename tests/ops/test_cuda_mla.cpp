@@ -3,6 +3,7 @@
 // cache in F32, BF16 and DeepSeek's FP8 format (656 B/token, identical bytes from both twins).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -174,6 +175,49 @@ TEST(CudaOps, MlaFp8CacheWriteGather) {
   OSPREY_REQUIRE_GPU();
   fp8_write_gather_case(kLora, kRopeDim, {16384, 300, 1, 1000}, {2, 300, 1, 7});
   fp8_write_gather_case(128, 16, {700, 65, 3}, {1, 65, 2});  // the test models' latent
+}
+
+// mla_kv_write (kv_a's split + kv_a_norm + k_pe's rope + the cache write in one kernel) against
+// its CPU twin, the composition of the CPU ops, on the written cache read back (gathered, FP8
+// dequantised): F32, BF16 and FP8 caches, V3.2's 512 + 64 and the test models' 128 + 16, both
+// rope layouts, F32 and BF16 norm weights. F32 cache: the same F32 arithmetic up to the order of
+// the sum of squares (~1e-7). BF16 cache: the CPU reference is an F32 cache (the twin keeps F32),
+// so the difference is the BF16 rounding itself, ~1.1e-3 relative RMS. FP8: both write e4m3 from
+// the same F32 values; a value on a rounding boundary may round the other way (one e4m3 step,
+// 6e-2 relative, in a few of ~10^5 values). A wrong norm, rope angle or layout is O(1).
+void kv_write_case(int64_t lora, int64_t rope, DType cache_dt, DType w_dt, bool interleaved) {
+  Batch b = make_batch({3000, 300, 1, 70}, {2, 300, 1, 7});
+  const int64_t n = b.host.n_tokens, width = lora + rope;
+  Buffer kv = rand_f32({n, width}, -3.0f, 3.0f), w = rand_f32({lora}, 0.5f, 1.5f);
+  if (w_dt == DType::BF16) round_bf16(w);
+  Buffer inv_freq(DType::F32, {rope / 2});
+  for (int64_t i = 0; i < rope / 2; ++i)
+    inv_freq.f32()[i] = std::pow(10000.0f, -2.0f * float(i) / float(rope));
+  const float eps = 1e-6f, factor = 1.25f;
+  Buffer cache = cache_dt == DType::U8 ? filled_fp8_cache(b.n_blocks, lora, rope)
+                                       : rand_f32({b.n_blocks, 64, width});
+  DeviceBuffer d_cache = cache_dt == DType::U8 ? upload(cache) : upload(cache, cache_dt);
+  if (cache_dt == DType::BF16) round_bf16(cache);
+  ops::mla_kv_write(cache, kv, w, eps, inv_freq, factor, interleaved, b.host);
+  DeviceBuffer dkv = upload(kv), dw = upload(w, w_dt), dfreq = upload(inv_freq);
+  ops::mla_kv_write(d_cache, dkv, dw, eps, dfreq, factor, interleaved, b.dev);
+  Buffer ref(DType::F32, {b.total_ctx, width});
+  ops::mla_cache_gather(ref, cache, b.host);
+  DeviceBuffer d_out = poisoned(DType::F32, {b.total_ctx, width});
+  ops::mla_cache_gather(d_out, d_cache, b.dev);
+  const double tol = cache_dt == DType::F32 ? 1e-6 : cache_dt == DType::BF16 ? 5e-3 : 1e-2;
+  expect_close(strf("mla_kv_write [%lld+%lld] cache %s w %s %s", static_cast<long long>(lora),
+                    static_cast<long long>(rope), std::string(dtype_name(cache_dt)).c_str(),
+                    std::string(dtype_name(w_dt)).c_str(), interleaved ? "interleaved" : "half"),
+               download(d_out), ref, tol);
+}
+
+TEST(CudaOps, MlaKvWriteFusedMatchesTheComposition) {
+  OSPREY_REQUIRE_GPU();
+  for (DType cdt : {DType::F32, DType::BF16, DType::U8}) {
+    kv_write_case(kLora, kRopeDim, cdt, DType::F32, true);
+    kv_write_case(128, 16, cdt, DType::BF16, cdt != DType::BF16);
+  }
 }
 
 // Absorbed attention over an FP8 cache, GPU vs the CPU twin reading the same bytes. lora + rope:

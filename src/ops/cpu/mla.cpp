@@ -17,6 +17,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/storage.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey::ops::cpu {
 
@@ -182,6 +186,23 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
     std::copy_n(latent.f32() + t * kv_lora, kv_lora, dst);
     std::copy_n(k_pe.f32() + t * rope, rope, dst + kv_lora);
   }
+}
+
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m) {
+  const int64_t T = kv.size(0), width = kv.size(1);
+  const int64_t kv_lora = norm_w.numel(), rope = width - kv_lora;
+  OSPREY_CHECK(kv.dim() == 2 && rope > 0 && inv_freq.numel() * 2 == rope && T == m.n_tokens,
+               "mla_kv_write: kv ", shape_str(kv.shape), ", norm weight of ", kv_lora,
+               ", inv_freq of ", inv_freq.numel(), ", ", m.n_tokens, " tokens");
+  const Storage latent(Device::CPU, DType::F32, {T, kv_lora}),  // [T, kv_lora]
+      latent_n(Device::CPU, DType::F32, {T, kv_lora}),          // [T, kv_lora]
+      k_pe(Device::CPU, DType::F32, {T, 1, rope});              // [T, 1, rope]
+  copy_columns(latent, 0, kv, 0, kv_lora);
+  copy_columns(k_pe.view().reshape({T, rope}), 0, kv, kv_lora, rope);
+  rms_norm(latent_n, latent, norm_w, eps);
+  ops::cpu::rope(k_pe, 0, int(rope), m.positions, inv_freq, attention_factor, interleaved);
+  mla_cache_write(latent_cache, latent_n, k_pe.view().reshape({T, rope}), m);
 }
 
 void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {

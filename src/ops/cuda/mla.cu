@@ -6,6 +6,7 @@
 //             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
 //   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
 //   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
+// mla_kv_write: mla_cache_write fused with the kv_a split, kv_a_norm and k_pe's rope (below).
 // mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16, or U8 =
 //   the FP8 format of ops/mla.h (per token kv_lora e4m3, kv_lora/128 fp32 tile scales, rope bf16).
 //   Grids: write [n_tokens] × 128 threads (FP8: cache_write_fp8_kernel, a warp per 128-value tile);
@@ -162,6 +163,90 @@ __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
   for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
     dst[c] =
         from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
+}
+
+// mla_kv_write (ops/mla.h): one block (128 threads) per token. The row [kv_lora + rope] of kv is
+// staged in shared memory as F32; the latent part is RMS-normalised in place (the sum of squares
+// by block_sum, as rms_norm_kernel; w ⊙ (x · r)), the rope part rotated in place (rope_kernel's
+// F32 arithmetic: angle = p · inv_freq[i], precise cosf/sinf · factor), then the row is written to
+// the slot as cache_write_kernel / cache_write_fp8_kernel write it (a tile of 128 latent values a
+// warp for FP8). Dynamic shared memory: (kv_lora + rope) floats.
+template <typename Ti, typename W>
+__device__ __forceinline__ void kv_stage_row(float* row, const Ti* kv, const W* w, int kv_lora,
+                                             int rope, float eps, float p, const float* inv_freq,
+                                             float factor, bool interleaved) {
+  __shared__ float red[32];
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x) {
+    const float v = to_f32(kv[c]);
+    row[c] = v;
+    if (c < kv_lora) ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss, red) / float(kv_lora) + eps);  // syncs: row is complete
+  const int half = rope / 2;
+  for (int c = threadIdx.x; c < kv_lora + half; c += blockDim.x) {
+    if (c < kv_lora) {
+      row[c] = to_f32(w[c]) * (row[c] * r);
+    } else {
+      const int i = c - kv_lora;
+      const float angle = p * inv_freq[i];
+      const float cs = cosf(angle) * factor, sn = sinf(angle) * factor;
+      float* v = row + kv_lora;
+      const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs - x1 * sn;
+      v[b] = x1 * cs + x0 * sn;
+    }
+  }
+  __syncthreads();
+}
+
+template <typename Tc, typename Ti, typename W>
+__global__ void kv_write_kernel(Tc* __restrict__ cache, const Ti* __restrict__ kv,
+                                const W* __restrict__ w, const int64_t* __restrict__ slots,
+                                const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                                int kv_lora, int rope, float eps, float factor, bool interleaved) {
+  extern __shared__ float row[];  // [kv_lora + rope]
+  const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
+  const int width = kv_lora + rope;
+  kv_stage_row(row, kv + t * width, w, kv_lora, rope, eps, float(pos[t]), inv_freq, factor,
+               interleaved);
+  Tc* dst = cache + slots[t] * width;
+  for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = from_f32<Tc>(row[c]);
+}
+
+template <typename Ti, typename W>
+__global__ void kv_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __restrict__ kv,
+                                    const W* __restrict__ w, const int64_t* __restrict__ slots,
+                                    const int32_t* __restrict__ pos,
+                                    const float* __restrict__ inv_freq, int kv_lora, int rope,
+                                    float eps, float factor, bool interleaved,
+                                    int64_t token_bytes) {
+  extern __shared__ float row[];  // [kv_lora + rope]
+  constexpr int kPerLane = int(kMlaFp8Tile) / 32;
+  const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;
+  kv_stage_row(row, kv + t * (kv_lora + rope), w, kv_lora, rope, eps, float(pos[t]), inv_freq,
+               factor, interleaved);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  const int n_tiles = kv_lora / int(kMlaFp8Tile);
+  uint8_t* dst = cache + slots[t] * token_bytes;
+  for (int tile = warp; tile < n_tiles; tile += n_warps) {
+    const float* x = row + tile * kMlaFp8Tile;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) amax = fmaxf(amax, fabsf(x[lane + 32 * k]));
+    amax = warp_max(amax);
+    const float s0 = __fdiv_rn(amax, 448.0f);  // mla_fp8_scale (ops/mla.h), bit for bit
+    const float s = s0 > FLT_MIN ? s0 : FLT_MIN;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k)
+      dst[tile * kMlaFp8Tile + lane + 32 * k] = f32_to_e4m3_dev(__fdiv_rn(x[lane + 32 * k], s));
+    if (lane == 0) *reinterpret_cast<float*>(dst + kv_lora + 4 * tile) = s;
+  }
+  bf16* pe = reinterpret_cast<bf16*>(dst + kv_lora + 4 * n_tiles);
+  for (int c = threadIdx.x; c < rope; c += blockDim.x) pe[c] = from_f32<bf16>(row[kv_lora + c]);
 }
 
 __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
@@ -499,6 +584,53 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
                               static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(),
                               int(kv_lora), int(rope));
                         }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
+                  float attention_factor, bool interleaved, const AttentionMeta& m) {
+  check_device(kv, "mla_kv_write", "kv");
+  check_device(norm_w, "mla_kv_write", "norm_w");
+  check_device(inv_freq, "mla_kv_write", "inv_freq");
+  check_device(m.slot_mapping, "mla_kv_write", "slot_mapping");
+  check_device(m.positions, "mla_kv_write", "positions");
+  const int64_t width = kv.size(-1), kv_lora = norm_w.numel(), rope = width - kv_lora;
+  OSPREY_CHECK(kv.dim() == 2 && kv.size(0) == m.n_tokens && rope > 0 && rope % 2 == 0 &&
+                   inv_freq.numel() * 2 == rope && inv_freq.dtype == DType::F32 &&
+                   is_f32_or_bf16(kv.dtype) && is_f32_or_bf16(norm_w.dtype) && width <= 4096,
+               "mla_kv_write: kv ", shape_str(kv.shape), " ", dtype_name(kv.dtype),
+               ", norm weight of ", kv_lora, ", inv_freq of ", inv_freq.numel());
+  const size_t smem = size_t(width) * sizeof(float);
+  if (latent_cache.dtype == DType::U8) {
+    const int64_t token_bytes = latent_cache.size(-1);
+    OSPREY_CHECK(
+        mla_fp8_supported(kv_lora, rope) && token_bytes == mla_fp8_token_bytes(kv_lora, rope),
+        "FP8 latent cache row of ", token_bytes, " bytes for ", kv_lora, " + ", rope);
+    if (m.n_tokens == 0) return;
+    OSPREY_DISPATCH_FLOAT(kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
+                            kv_write_fp8_kernel<Ti, W><<<m.n_tokens, 128, smem, stream()>>>(
+                                static_cast<uint8_t*>(latent_cache.data),
+                                static_cast<const Ti*>(kv.data), static_cast<const W*>(norm_w.data),
+                                m.slot_mapping.ptr<int64_t>(), m.positions.ptr<int32_t>(),
+                                inv_freq.f32(), int(kv_lora), int(rope), eps, attention_factor,
+                                interleaved, token_bytes);
+                          }));
+    OSPREY_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  OSPREY_CHECK(latent_cache.size(-1) == width, "latent cache width ", latent_cache.size(-1),
+               " for kv rows of ", width);
+  if (m.n_tokens == 0) return;
+  OSPREY_DISPATCH_FLOAT(
+      latent_cache.dtype, Tc,
+      OSPREY_DISPATCH_FLOAT(kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
+                              kv_write_kernel<Tc, Ti, W><<<m.n_tokens, 128, smem, stream()>>>(
+                                  static_cast<Tc*>(latent_cache.data),
+                                  static_cast<const Ti*>(kv.data),
+                                  static_cast<const W*>(norm_w.data), m.slot_mapping.ptr<int64_t>(),
+                                  m.positions.ptr<int32_t>(), inv_freq.f32(), int(kv_lora),
+                                  int(rope), eps, attention_factor, interleaved);
+                            })));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
