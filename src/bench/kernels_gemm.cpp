@@ -127,8 +127,8 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
     experts.push_back({owned[b].lw(), owned[b + 1].lw(), owned[b + 2].lw()});
   }
   // Past 128 tokens (prefill chunks: 2048 is the default chunk) the time_us column is the
-  // swap-AB variant with 64-row tiles (ops/gemm.h set_fp8_moe_prefill_swapab), wmma_us the
-  // mainline's WMMA grouped GEMM.
+  // swap-AB kernel with 64-row tiles (ops/gemm.h set_fp8_moe_prefill_swapab, the mainline),
+  // wmma_us the WMMA grouped GEMM it replaced (OSPREY_MOE_PREFILL=wmma).
   std::vector<int64_t> ns = {1, 16, 64, 128, 512, 2048, 5000};
   if (o.quick) ns = {64, 2048};
   std::printf("\n%-26s %6s %7s %10s %7s %6s %8s %6s %11s %8s %6s %9s\n",
@@ -193,9 +193,9 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
   std::printf(
       "(V3.2's routed experts: 256 × gate/up/down e4m3 with 128×128 scales, top-8 of 8 groups by "
       "its router on random logits; bytes = the touched experts' weights + x + out; wmma = the "
-      "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel (the mainline past 128 tokens); "
-      "prefill rows' time_us = the swap-AB kernel with 64-row tiles (a variant: "
-      "OSPREY_MOE_PREFILL=swapab); rel_diff = the two paths' outputs (W8A8 vs W8A16 arithmetic); "
+      "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel (OSPREY_MOE_PREFILL=wmma); "
+      "prefill rows' time_us = the swap-AB kernel with 64-row tiles (the mainline past 128 "
+      "tokens); rel_diff = the two paths' outputs (W8A8 vs W8A16 arithmetic); "
       "median of %d after %d warm-up, L2 flushed)\n",
       o.iters, o.warmup);
 }

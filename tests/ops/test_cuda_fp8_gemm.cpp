@@ -262,13 +262,14 @@ TEST(CudaOps, MoeExpertsFp8DecodePathMatchesW8A8Twin) {
   }
 }
 
-// The prefill variant (ops::cuda::set_fp8_moe_prefill_swapab): past 128 tokens the same W8A8
-// arithmetic with 64-row tiles, so the same twin and tolerance. Cases: full and partial tiles
+// The prefill path (ops::cuda::set_fp8_moe_prefill_swapab, on by default): past 128 tokens the same
+// W8A8 arithmetic with 64-row tiles, so the same twin and tolerance. Cases: full and partial tiles
 // (n·K/E rows an expert: 150 → 2 tiles of 64 + 1 of 22 at E = 16), an expert in every token (n
 // rows: 4 tiles, the last partial), idle experts, V3.2's widths once.
 TEST(CudaOps, MoeExpertsFp8PrefillVariantMatchesW8A8Twin) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
+  const bool was = ops::cuda::fp8_moe_prefill_swapab();
   ops::cuda::set_fp8_moe_prefill_swapab(true);
   {
     const int64_t E = 16, D = 1024, I = 256, K = 8;
@@ -286,7 +287,7 @@ TEST(CudaOps, MoeExpertsFp8PrefillVariantMatchesW8A8Twin) {
     moe_case(ex, 136, K, route_ids(136, K, expert_range(0, 16)), DType::BF16, DType::F32,
              "fp8 prefill experts E16 [2048x7168] uniform n=136");
   }
-  ops::cuda::set_fp8_moe_prefill_swapab(false);
+  ops::cuda::set_fp8_moe_prefill_swapab(was);
 }
 
 }  // namespace

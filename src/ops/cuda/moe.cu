@@ -23,8 +23,10 @@
 //   gate/up with silu·mul and the 1×128 quantisation of h fused (h8 [n·K, I], hs [n·K, I/128]);
 //   down (y [n·K, D] F32); the same combine. Its CPU twin is the composition of
 //   ops::cpu::linear_w8a8 (gate, up, down) with silu·mul in F32 (tests/ops/test_cuda_fp8_gemm).
-//   Past kSwapAbMoeMaxTokens, with ops/gemm.h set_fp8_moe_prefill_swapab (a variant, off by
+//   Past kSwapAbMoeMaxTokens (prefill chunks; ops/gemm.h set_fp8_moe_prefill_swapab, on by
 //   default): the same 5 launches with tiles of kSwapAbMoePrefillTileRows (64) rows, the same twin.
+//   It beat the WMMA W8A16 grouped GEMM on the H200 (bench kernels --op moe, 2026-12-01: 2048
+//   tokens 4.0 vs 13.4 ms a layer, 5000 tokens 8.4 vs 27.9 ms); OSPREY_MOE_PREFILL=wmma keeps WMMA.
 //   x [n, D], out [n, D]: F32 or BF16. Experts: BF16 or F8_E4M3 + 128×128 scales, all of one
 //   dtype and shape, D and I multiples of 16 (moe_gemm.cu's preconditions); E ≤ 1024.
 #include <cstdlib>
@@ -50,7 +52,7 @@ constexpr int kMaxTopk = 32;
 
 bool g_moe_prefill_swapab = [] {
   const char* e = std::getenv("OSPREY_MOE_PREFILL");
-  return e && std::string_view(e) == "swapab";
+  return !(e && std::string_view(e) == "wmma");
 }();
 
 struct ArgMax {
@@ -357,9 +359,9 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
   if (weight_type == DType::F8_E4M3 && fp8_swapab_enabled() && device_is_sm90() &&
       D % kFp8BlockSize == 0 && I % kFp8BlockSize == 0 &&
       (n <= kSwapAbMoeMaxTokens || g_moe_prefill_swapab)) {
-    moe_experts_fp8_swapab(out, x, topk_ids, topk_weights, table, E, D, I,
-                           n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows
-                                                    : kSwapAbMoePrefillTileRows);
+    moe_experts_fp8_swapab(
+        out, x, topk_ids, topk_weights, table, E, D, I,
+        n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows : kSwapAbMoePrefillTileRows);
     return;
   }
   const int64_t max_tiles = moe_max_tiles(rows, E);
