@@ -10,9 +10,8 @@
 
 #include "core/error.h"
 #include "core/storage.h"
+#include "dist/local_ranks.h"
 #include "dist/nccl_comm.h"
-#include "dist/tcp_comm.h"
-#include "dist/thread_comm.h"
 #include "ops/tensor_ops.h"
 
 namespace osprey::bench {
@@ -168,26 +167,8 @@ std::vector<CommBenchRow> run_comm_benchmark(const dist::ParallelConfig& p, Devi
   if (device == Device::CUDA && local != 1)
     fail("bench comm on CUDA: one rank per process; launch ", world, " processes with --nnodes ",
          world, " --node-rank r (as osprey serve's ranks)");
-  std::vector<std::unique_ptr<dist::Communicator>> host;  // [local ranks]
-  if (p.nnodes == 1 && device == Device::CPU) {
-    host = dist::make_thread_group(world);
-  } else {
-    host.resize(size_t(local));
-    std::vector<std::thread> ts;
-    std::vector<std::string> errs(static_cast<size_t>(local));
-    for (int i = 0; i < local; ++i)
-      ts.emplace_back([&, i] {
-        try {
-          host[size_t(i)] = std::make_unique<dist::TcpCommunicator>(
-              dist::TcpEndpoint{p.master_addr, p.master_port}, first + i, world);
-        } catch (const std::exception& e) {
-          errs[size_t(i)] = e.what();
-        }
-      });
-    for (auto& t : ts) t.join();
-    for (const auto& e : errs)
-      if (!e.empty()) fail(e);
-  }
+  // [local ranks]
+  std::vector<std::unique_ptr<dist::Communicator>> host = dist::make_local_control_ranks(p, device);
   std::unique_ptr<dist::Communicator> nccl;
   if (device == Device::CUDA) nccl = dist::make_nccl_communicator(*host[0]);
   std::vector<std::vector<CommBenchRow>> rows(static_cast<size_t>(local));

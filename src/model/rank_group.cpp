@@ -2,9 +2,8 @@
 
 #include <cstdio>
 
+#include "dist/local_ranks.h"
 #include "dist/nccl_comm.h"
-#include "dist/tcp_comm.h"
-#include "dist/thread_comm.h"
 #include "model/safetensors.h"
 #include "model/shard.h"
 
@@ -40,26 +39,7 @@ RankGroup::RankGroup(const std::string& dir, const dist::ParallelConfig& p,
          "itself for --tensor-parallel-size / --data-parallel-size on one node)");
   if (o.dummy_weights && o.device != Device::CUDA)
     fail("--load-format dummy with a parallel model needs --device cuda");
-  if (p.nnodes == 1 && o.device == Device::CPU) {
-    control_ = dist::make_thread_group(world);
-  } else {
-    // Connecting blocks until every rank joined: one thread per local rank.
-    control_.resize(size_t(local));
-    std::vector<std::thread> ts;
-    std::vector<std::string> errs(static_cast<size_t>(local));
-    for (int i = 0; i < local; ++i)
-      ts.emplace_back([&, i] {
-        try {
-          control_[size_t(i)] = std::make_unique<dist::TcpCommunicator>(
-              dist::TcpEndpoint{p.master_addr, p.master_port}, first_rank_ + i, world);
-        } catch (const std::exception& e) {
-          errs[size_t(i)] = e.what();
-        }
-      });
-    for (auto& t : ts) t.join();
-    for (const auto& e : errs)
-      if (!e.empty()) fail(e);
-  }
+  control_ = dist::make_local_control_ranks(p, o.device);
   if (o.device == Device::CUDA) data_.push_back(dist::make_nccl_communicator(*control_[0]));
   models_.resize(size_t(local));
   errors_.resize(size_t(local));
