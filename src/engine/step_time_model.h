@@ -28,9 +28,9 @@ struct StepTimePrior {
   double per_step_s = 0;
   double per_seq_s = 0;
 };
-// The H200 prior: decode B=64 at context 5000 on the dsv32 proxy took 25.0 ms against a 5.8 ms
-// floor (24.9 GB at 4.3 TB/s), a 5000-token prefill 298 ms against about 50 ms of FLOPs
-// (bench/RESULTS.md run 4, 2026-12-01); about 0.5 ms of host work per step, 20 µs per sequence.
+// The H200 prior, from the 5000/500/64 wave on the dsv32 proxy (bench/RESULTS.md, issue 14,
+// 2026-12-01, sixth session): decode steps 1.3× their bytes floor, chunks 3.6× their FLOPs floor,
+// ~0.1 ms a step of launch and metadata, 5 µs a sequence (step_time_model.cpp).
 StepTimePrior cuda_step_time_prior();
 // The CPU prior: rates of a 2-core CI machine (20 GB/s, 0.2 TFLOP/s); calibration does the rest.
 StepTimePrior cpu_step_time_prior();
