@@ -224,7 +224,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::async_write(
         socket_, net::buffer(queue_.front()),
         net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->queue_.pop_front();  // the bytes just written (close() keeps them while in flight)
+          // The write is over: pop its bytes (close() keeps them while the write is in flight)
+          // before anything else, so a close() from here sees no write in flight.
+          self->writing_ = false;
+          self->queue_.pop_front();
           if (ec) return self->close();
           self->write_next();
         }));

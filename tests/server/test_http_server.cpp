@@ -28,7 +28,8 @@ constexpr auto kFillTime = 300ms;
 constexpr auto kCloseDeadline = 10s;
 
 // A server on an ephemeral port, run by two I/O threads (as `osprey serve`): /stall streams
-// kStallChunks chunks (and never ends) and counts on_close calls; any other path answers "pong".
+// kStallChunks chunks (and never ends) and counts on_close calls, /stall-ended also ends the
+// stream; any other path answers "pong".
 class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -37,12 +38,14 @@ class HttpServerTest : public ::testing::Test {
     opts.io_threads = 2;
     server_ = std::make_unique<HttpServer>(
         opts, [this](const HttpRequest& req, std::shared_ptr<Responder> res) {
-          if (req.path != "/stall") return res->respond(200, "text/plain", "pong");
+          if (req.path != "/stall" && req.path != "/stall-ended")
+            return res->respond(200, "text/plain", "pong");
           res->start_stream(200, "text/plain");
           res->on_close([this] { ++closes_; });
           // No end(): the stream stays open, as a generation still running, so the server
           // watches for the client going away.
           for (int i = 0; i < kStallChunks; ++i) res->write(std::string(kStallChunkBytes, 'x'));
+          if (req.path == "/stall-ended") res->end();  // all queued: no close watch, no on_close
         });
     runner_ = std::thread([this] { server_->run(); });
   }
@@ -126,6 +129,22 @@ TEST_F(HttpServerTest, ClientResetsWhileAWriteIsBlocked) {
   }
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(closes_, 3);
+}
+
+// The whole stream is queued (ended) when the client resets: no close watch runs, so the failed
+// write alone closes the connection, from its own completion.
+TEST_F(HttpServerTest, ClientResetsAfterTheStreamEndedWhileAWriteIsBlocked) {
+  for (int round = 1; round <= 3; ++round) {
+    const int fd = connect_client();
+    send_all(fd, "GET /stall-ended HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::this_thread::sleep_for(kFillTime);
+    const linger reset{1, 0};
+    ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    ::close(fd);
+    const std::string answer = ping();
+    EXPECT_TRUE(answer.ends_with("\r\n\r\npong")) << answer;
+  }
+  EXPECT_EQ(closes_, 0);  // the response had ended: nothing to abort
 }
 
 }  // namespace
