@@ -5,8 +5,9 @@
 #         included (each for OSPREY_FUZZ_SECONDS, default 30; tests/CMakeLists.txt).
 #   tsan  the engine and the server built with ThreadSanitizer into build-tsan/; the concurrency
 #         tests there: AsyncEngine's threads test, the async-scheduling tests (the forward on the
-#         step executor's worker) and every live-server test (io threads, the engine thread,
-#         streams, aborts, shutdown).
+#         step executor's worker), the HTTP connection tests (clients that go away while a write
+#         is blocked) and every live-server test (io threads, the engine thread, streams, aborts,
+#         shutdown).
 #   scripts/sanitizer_test.sh [asan|tsan|all (default)]
 # Each build is configured once and reused by its tests (and by a later run, incrementally).
 # Prints the time each phase took. Needs clang++ and libclang-rt-14-dev (scripts/install_deps.sh).
@@ -52,7 +53,7 @@ fi
 if [[ $what == tsan || $what == all ]]; then
   phase "tsan configure+build" bash -c '
     cmake -S . -B build-tsan "$@" -DOSPREY_SANITIZE=thread >/dev/null
-    cmake --build build-tsan -j'"$jobs"' --target osprey test_engine test_async_scheduling' _ "${common[@]}"
+    cmake --build build-tsan -j'"$jobs"' --target osprey test_engine test_async_scheduling test_http_server' _ "${common[@]}"
   phase "tsan ctest" ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-    -R '^(AsyncEngine\.|Devices/AsyncScheduling\.|server_)'
+    -R '^(AsyncEngine\.|Devices/AsyncScheduling\.|HttpServerTest\.|server_)'
 fi

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <optional>
 
@@ -223,6 +224,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::async_write(
         socket_, net::buffer(queue_.front()),
         net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          // The write is over: pop its bytes (close() keeps them while the write is in flight)
+          // before anything else, so a close() from here sees no write in flight.
+          self->writing_ = false;
           self->queue_.pop_front();
           if (ec) return self->close();
           self->write_next();
@@ -295,7 +299,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
-    queue_.clear();
+    // Drop the unsent bytes, but not the ones an async_write still in flight points to: its
+    // completion (operation_aborted, or success if it had finished) still runs and pops that
+    // front entry. Clearing it too made that pop_front run on an empty deque, destroying the
+    // already-destroyed string a second time (the double free of the stalled-client test).
+    if (writing_)
+      queue_.erase(std::next(queue_.begin()), queue_.end());
+    else
+      queue_.clear();
     if (close_cb_ && !finished_) {
       auto cb = std::move(close_cb_);
       close_cb_ = nullptr;
