@@ -153,7 +153,7 @@ void expect_same(const Outcome& a, const Outcome& b, const std::vector<Request>&
   }
 }
 
-EngineConfig base_config() {
+EngineConfig plain_config() {
   EngineConfig cfg;
   cfg.num_blocks = 64;
   cfg.max_model_len = 512;
@@ -161,15 +161,33 @@ EngineConfig base_config() {
   return cfg;
 }
 
-class AsyncScheduling : public ::testing::TestWithParam<Device> {
+// The loops compared on the CPU, on the GPU op by op, and on the GPU with pure decode steps
+// replayed from CUDA graphs that sample inside the graph (EngineConfig::cuda_graph_sampling): the
+// overlapped loop then takes its ids from the device, across preemption, aborts and stops too.
+struct Variant {
+  Device device = Device::CPU;
+  bool graph_sampling = false;
+};
+
+class AsyncScheduling : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
 #ifdef OSPREY_WITH_CUDA
-    if (GetParam() == Device::CUDA && cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam().device == Device::CUDA && cuda::device_count() == 0)
+      GTEST_SKIP() << "no CUDA device";
 #endif
   }
   Device device() const {
-    return GetParam();
+    return GetParam().device;
+  }
+  // The variant's engine config: plain_config() with its graph settings.
+  EngineConfig base_config() const {
+    EngineConfig cfg = plain_config();
+    if (GetParam().graph_sampling) {
+      cfg.cuda_graph = true;
+      cfg.cuda_graph_sampling = true;
+    }
+    return cfg;
   }
 };
 
@@ -398,14 +416,16 @@ TEST_P(AsyncScheduling, ChunkedPromptsWithoutSampledRowsMatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, AsyncScheduling,
-                         ::testing::Values(Device::CPU
+                         ::testing::Values(Variant{Device::CPU, false}
 #ifdef OSPREY_WITH_CUDA
                                            ,
-                                           Device::CUDA
+                                           Variant{Device::CUDA, false}, Variant{Device::CUDA, true}
 #endif
                                            ),
-                         [](const ::testing::TestParamInfo<Device>& i) {
-                           return std::string(i.param == Device::CPU ? "cpu" : "cuda");
+                         [](const ::testing::TestParamInfo<Variant>& i) {
+                           if (i.param.device == Device::CPU) return std::string("cpu");
+                           return std::string(i.param.graph_sampling ? "cuda_graph_sampling"
+                                                                     : "cuda");
                          });
 
 }  // namespace
