@@ -3,7 +3,9 @@
 // rope 64, BF16 and FP8 (656 B/token) caches, top-2048 sparse with −1 padding and repeated
 // indices, dense contexts across block boundaries up to 64k, several query tokens per sequence,
 // ragged batches; the lse output; and the split-KV plan cache (a repeated batch fingerprint builds
-// no plan, a changed one does).
+// no plan, a changed one does). Dense BF16 decode with both producers of the seesaw kernel
+// (cp.async gathers and TMA boxes, set_mla_dense_tma), NaN in every cache row never written, block
+// sizes 64, 128 and 32, and the TMA map cache (one map per cache geometry).
 #include <gtest/gtest.h>
 
 #include <climits>
