@@ -10,13 +10,18 @@
 #      dense shapes, B=1..128, contexts 2k..64k) and `--quick --no-baseline`, each with
 #      OSPREY_MLA_DENSE_TMA=0 and =1;
 # then a summary: the twin lines, pass counts and the dense decode times side by side.
-# Usage: scripts/gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR
+# Usage: scripts/gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR [all|tests|bench]
 #   e.g. scripts/gpu_mla_tma.sh build/osprey build/tests/ops/test_cuda_mla_sm90 $OUT
+#   (the last argument runs steps 1–2 or 3 only, to fit one device call each if all does not).
+#   Each step has its own timeout (tests 240 s, bench runs 150 / 120 s): a hang cannot eat the call.
 # Exit status: non-zero if a test or a bench run failed.
 set -uo pipefail
-osprey=${1:?usage: gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR}
-twins=${2:?usage: gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR}
-log=${3:?usage: gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR}
+usage="usage: gpu_mla_tma.sh OSPREY TEST_CUDA_MLA_SM90 LOG_DIR [all|tests|bench]"
+osprey=${1:?$usage}
+twins=${2:?$usage}
+log=${3:?$usage}
+part=${4:-all}
+case $part in all | tests | bench) ;; *) echo "$usage" >&2; exit 2 ;; esac
 mkdir -p "$log"
 status=0
 nvidia-smi -L 2>&1 | tee "$log/summary.txt"
@@ -36,13 +41,18 @@ run() {  # run NAME TIMEOUT_S ENV_VALUE CMD... : OSPREY_MLA_DENSE_TMA=ENV_VALUE 
   printf '%-28s rc=%-4s %5ss\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$log/summary.txt"
 }
 
-run twins_default 400 - "$twins"
-run twins_tma 400 1 "$twins"
-if [[ -n ${GRAPH_TEST:-} ]]; then run graph_step_tma 400 1 "$GRAPH_TEST"; fi
-run bench_dense_cpasync 300 0 "$osprey" bench kernels --op mla --mla-kernel "dense decode" --no-baseline
-run bench_dense_tma 300 1 "$osprey" bench kernels --op mla --mla-kernel "dense decode" --no-baseline
-run bench_quick_cpasync 200 0 "$osprey" bench kernels --op mla --quick --no-baseline
-run bench_quick_tma 200 1 "$osprey" bench kernels --op mla --quick --no-baseline
+if [[ $part != bench ]]; then
+  run twins_default 240 - "$twins"
+  run twins_tma 240 1 "$twins"
+  if [[ -n ${GRAPH_TEST:-} ]]; then run graph_step_tma 240 1 "$GRAPH_TEST"; fi
+fi
+if [[ $part != tests ]]; then
+  dense=(bench kernels --op mla --mla-kernel "dense decode" --no-baseline)
+  run bench_dense_cpasync 150 0 "$osprey" "${dense[@]}"
+  run bench_dense_tma 150 1 "$osprey" "${dense[@]}"
+  run bench_quick_cpasync 120 0 "$osprey" bench kernels --op mla --quick --no-baseline
+  run bench_quick_tma 120 1 "$osprey" bench kernels --op mla --quick --no-baseline
+fi
 
 {
   echo
@@ -50,20 +60,20 @@ run bench_quick_tma 200 1 "$osprey" bench kernels --op mla --quick --no-baseline
   for f in "$log"/twins_*.log "$log"/graph_step_tma.log; do
     [[ -f $f ]] || continue
     printf '%-24s %4s %4s %4s\n' "$(basename "$f" .log)" "$(grep -c '^\[       OK \]' "$f")" \
-      "$(grep -c '^\[  FAILED  \] [A-Za-z]*\.' "$f")" "$(grep -c '^\[  SKIPPED \] [A-Za-z]*\.' "$f")"
+      "$(grep -c '^\[  FAILED  \] .* ([0-9]* ms)$' "$f")" "$(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$f")"
   done
   echo
   echo "== twin errors =="
-  grep -h '^TWIN' "$log"/twins_*.log | sed 's/^TWIN //' | sort | uniq
+  cat "$log"/twins_*.log 2>/dev/null | grep -h '^TWIN' | sed 's/^TWIN //' | sort | uniq
   echo
   echo "== dense decode: time_us (TFLOP/s) with cp.async | with TMA; FlashMLA us; rel_err each =="
-  paste <(grep -h '^dense decode' "$log/bench_dense_cpasync.log") \
-        <(grep -h '^dense decode' "$log/bench_dense_tma.log") |
+  paste <(grep -hs '^dense decode' "$log/bench_dense_cpasync.log") \
+        <(grep -hs '^dense decode' "$log/bench_dense_tma.log") |
     awk -F'\t' '{ split($1, a, " +"); split($2, b, " +");
                   printf "%-5s B=%-4s s_q=%-2s ctx=%-6s %9s (%6s) | %9s (%6s)  FlashMLA %-7s err %s | %s\n",
                          a[3], a[4], a[5], a[6], a[7], a[8], b[7], b[8], a[12], a[14], b[14] }'
   echo
   echo "== quick set (both settings) =="
-  grep -h '^sparse\|^dense\|^seesaw' "$log"/bench_quick_*.log
+  cat "$log"/bench_quick_*.log 2>/dev/null | grep -h '^sparse\|^dense\|^seesaw'
 } | tee -a "$log/summary.txt"
 exit $status
