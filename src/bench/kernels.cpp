@@ -156,10 +156,19 @@ MlaInputs make_inputs(const MlaShape& s, std::mt19937_64& rng, uint64_t seed) {
 
 void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
   std::mt19937_64 rng(o.seed);
+  std::vector<MlaShape> shapes;
+  for (const MlaShape& s : mla_shapes(o.quick))
+    if (o.mla_kernel.empty() || o.mla_kernel == s.kernel) shapes.push_back(s);
+  if (shapes.empty())
+    fail("--mla-kernel '", o.mla_kernel,
+         "' names no shape: 'sparse decode', 'dense decode' or 'sparse prefill'");
+  std::printf("\nseesaw kernel, dense BF16 cache tiles: %s\n",
+              ops::cuda::mla_dense_tma_enabled() ? "TMA boxes (OSPREY_MLA_DENSE_TMA=1)"
+                                                 : "cp.async gathers (OSPREY_MLA_DENSE_TMA=0)");
   std::printf("\n%-15s %-5s %4s %4s %6s %10s %8s %6s %7s %6s %10s %9s %9s\n", "kernel", "cache",
               "B", "s_q", "ctx", "time_us", "TFLOP/s", "%bf16", "GB/s", "%copy", "FlashMLA",
               "core_us", "rel_err");
-  for (const MlaShape& s : mla_shapes(o.quick)) {
+  for (const MlaShape& s : shapes) {
     MlaInputs in = make_inputs(s, rng, o.seed);
     DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
     Tensor topk = s.sparse ? in.d_topk.view() : Tensor{};

@@ -19,6 +19,7 @@ struct KernelOptions {
   bool baseline = true;     // also time the CUDA-core kernels on a few shapes
   bool quick = false;       // a few shapes only (smoke runs)
   std::vector<int64_t> ms;  // gemm: the token counts (empty: 1, 16, 32, 64, 128, 256, 4096, 16384)
+  std::string mla_kernel;   // mla: only this kernel's shapes ("dense decode" ...; empty: all)
 };
 
 void run_kernel_benchmark(const KernelOptions& o);

@@ -245,6 +245,9 @@ void add_kernels(CLI::App& bench) {
   sub->add_flag("!--no-baseline", a->baseline, "skip timing the CUDA-core kernels");
   sub->add_flag("--quick", a->quick, "three shapes only");
   sub->add_option("--m", a->ms, "gemm: token counts, comma-separated")->delimiter(',');
+  sub->add_option("--mla-kernel", a->mla_kernel,
+                  "mla: only the shapes of one kernel: 'sparse decode', 'dense decode' or "
+                  "'sparse prefill'");
   sub->callback([a] {
     if (a->iters < 1 || a->warmup < 0) fail("--iters must be at least 1 and --warmup at least 0");
     bench::run_kernel_benchmark(*a);

@@ -3,7 +3,9 @@
 // rope 64, BF16 and FP8 (656 B/token) caches, top-2048 sparse with −1 padding and repeated
 // indices, dense contexts across block boundaries up to 64k, several query tokens per sequence,
 // ragged batches; the lse output; and the split-KV plan cache (a repeated batch fingerprint builds
-// no plan, a changed one does).
+// no plan, a changed one does). Dense BF16 decode with both producers of the seesaw kernel
+// (cp.async gathers and TMA boxes, set_mla_dense_tma), NaN in every cache row never written, block
+// sizes 64, 128 and 32, and the TMA map cache (one map per cache geometry).
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -43,6 +45,28 @@ Buffer random_cache(int64_t n_blocks, bool fp8) {
   return cache;
 }
 
+// Every row of a BF16 cache [rows, 576] (F32 here) that no sequence of the batch has written
+// (positions ≥ ctx in a sequence's last block, the blocks nobody uses) set to NaN: what an
+// uninitialised allocation may hold. No such row may reach the MMAs (0 · NaN = NaN in P · V); the
+// CPU twin reads attended rows only.
+void poison_unwritten(Buffer& cache, const Batch& b, const std::vector<int>& ctx) {
+  const int64_t rows = cache.numel() / kWidth, bs = b.host.block_size;
+  const int64_t mb = b.block_table.shape()[1];
+  std::vector<char> written(size_t(rows), 0);
+  for (size_t s = 0; s < ctx.size(); ++s)
+    for (int64_t p = 0; p < ctx[s]; ++p)
+      written[size_t(b.block_table.ptr<int32_t>()[int64_t(s) * mb + p / bs] * bs + p % bs)] = 1;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!written[size_t(r)]) std::fill_n(cache.f32() + r * kWidth, kWidth, NAN);
+}
+
+// Sets the dense BF16 producer (TMA or cp.async) for a scope.
+struct DenseTma {
+  bool was;
+  explicit DenseTma(bool on) : was(ops::cuda::set_mla_dense_tma(on)) {}
+  ~DenseTma() { ops::cuda::set_mla_dense_tma(was); }
+};
+
 struct Case {
   std::vector<int> ctx, n_new;
   int64_t heads = 128;
@@ -50,13 +74,17 @@ struct Case {
   bool fp8 = false;
   bool repeats = false;
   DType q_dt = DType::BF16, out_dt = DType::BF16;
+  int block_size = 64;
+  bool nan_unwritten = false;  // BF16: unwritten cache rows hold NaN (poison_unwritten)
 };
 
 void run_case(const Case& c) {
-  Batch b = make_batch(c.ctx, c.n_new);
+  Batch b = make_batch(c.ctx, c.n_new, c.block_size);
   const int64_t n = b.host.n_tokens, H = c.heads;
   const bool sparse = c.topk > 0;
-  Buffer cache = random_cache(b.n_blocks, c.fp8), q = rand_f32({n, H, kWidth});
+  // random_cache makes blocks of 64 rows: block_size / 64 of them per cache block.
+  Buffer cache = random_cache(b.n_blocks * c.block_size / 64, c.fp8), q = rand_f32({n, H, kWidth});
+  if (c.nan_unwritten && !c.fp8) poison_unwritten(cache, b, c.ctx);
   round_bf16(q);
   Buffer topk = sparse ? random_topk(b, c.topk, c.repeats) : Buffer();
   Buffer ref(DType::F32, {n, H, kLora}), ref_lse(DType::F32, {n, H});
@@ -71,11 +99,14 @@ void run_case(const Case& c) {
   EXPECT_EQ(ops::cuda::mla_sm90_calls(), calls + 1) << "the call did not take the sm90 kernel";
   int max_ctx = 0;
   for (int x : c.ctx) max_ctx = std::max(max_ctx, x);
+  const bool tma =
+      !sparse && !c.fp8 && ops::cuda::mla_dense_tma_enabled() && c.block_size % 64 == 0;
   const std::string name =
-      strf("sm90 %s %s H%lld n%lld ctx<=%d%s q%s out%s", sparse ? "top-2048" : "dense",
+      strf("sm90 %s %s H%lld n%lld ctx<=%d%s q%s out%s%s%s bs%d", sparse ? "top-2048" : "dense",
            c.fp8 ? "FP8" : "BF16", static_cast<long long>(H), static_cast<long long>(n), max_ctx,
            c.repeats ? " rep" : "", c.q_dt == DType::F32 ? "F32" : "BF16",
-           c.out_dt == DType::F32 ? "F32" : "BF16");
+           c.out_dt == DType::F32 ? "F32" : "BF16", tma ? " TMA" : "",
+           c.nan_unwritten && !c.fp8 ? " NaN-tail" : "", c.block_size);
   // BF16 operands (P rounded to BF16 too): ~3e-3 measured class; the output rounding adds ~2e-3.
   expect_close(name, download(d_out), ref, 1e-2);
   // lse: exact up to F32 rounding on a BF16 cache (~2e-7); an FP8 cache's rows are dequantised to
@@ -114,14 +145,68 @@ TEST(CudaMlaSm90, SparsePrefillChunk) {
   run_case(c);
 }
 
+// Both producers of the BF16 cache (cp.async gathers, TMA boxes) over partial last blocks of every
+// fill (1, 63, 64, 65 rows ...) with NaN in every unwritten row; the FP8 cache (cp.async only).
 TEST(CudaMlaSm90, DenseDecodeBlockBoundariesTo64k) {
   OSPREY_REQUIRE_GPU();
-  Case c{{65536, 16384, 4097, 4096, 64, 65, 1, 5000}, {1, 1, 1, 1, 1, 1, 1, 2}};
+  Case c{{65536, 16384, 4097, 4096, 64, 65, 1, 5000, 127}, {1, 1, 1, 1, 1, 1, 1, 2, 1}};
   c.topk = 0;
-  run_case(c);
+  c.nan_unwritten = true;
+  for (bool tma : {false, true}) {
+    DenseTma on(tma);
+    run_case(c);
+  }
   c.fp8 = true;
   c.q_dt = DType::F32;
   run_case(c);
+}
+
+// Cache blocks of 128 rows: a 64-entry tile is half a block, the TMA box of a partial second half
+// starts inside the block (its rows above the attended ones are the block's earlier, written rows,
+// flagged invalid); s_q = 3 puts three tokens' different partial tiles on one block. Block size 32
+// is no whole tile: the cp.async producer serves it whatever the setting.
+TEST(CudaMlaSm90, DenseDecodeBlockSize128And32) {
+  OSPREY_REQUIRE_GPU();
+  for (int bs : {128, 32})
+    for (bool tma : {false, true}) {
+      DenseTma on(tma);
+      Case c{{300, 129, 128, 1, 5000, 191}, {1, 1, 1, 1, 3, 1}};
+      c.topk = 0;
+      c.block_size = bs;
+      c.nan_unwritten = true;
+      c.out_dt = DType::F32;
+      run_case(c);
+    }
+}
+
+// The TMA map is encoded once per (cache, n_blocks, block_size): the same cache again (the next
+// step) encodes nothing, the same allocation seen with more blocks (a grown cache) encodes a new
+// map, and each result matches the CPU twin.
+TEST(CudaMlaSm90, DenseTmaMapPerCacheGeometry) {
+  OSPREY_REQUIRE_GPU();
+  DenseTma on(true);
+  Batch b = make_batch({700, 64, 1000}, {1, 1, 2});
+  constexpr int64_t kExtra = 37;  // blocks past the batch's, in the larger view
+  Buffer cache = random_cache(b.n_blocks + kExtra, false), q = rand_f32({4, 128, kWidth});
+  round_bf16(q);
+  DeviceBuffer d_cache = upload(cache, DType::BF16), dq = upload(q, DType::BF16);
+  Tensor small = d_cache.view(), all = d_cache.view();
+  small.shape = {b.n_blocks, 64, kWidth};
+  Buffer ref(DType::F32, {4, 128, kLora});
+  ops::mla_attention_absorbed(ref, q, cache, b.host, Tensor{}, kScale);
+  auto check = [&](Tensor c, const char* what, int64_t new_maps) {
+    DeviceBuffer d_out = poisoned(DType::BF16, {4, 128, kLora});
+    const int64_t before = ops::cuda::mla_dense_tma_map_builds();
+    ops::mla_attention_absorbed(d_out, dq, c, b.dev, Tensor{}, kScale);
+    EXPECT_EQ(ops::cuda::mla_dense_tma_map_builds(), before + new_maps) << what;
+    expect_close(strf("sm90 dense BF16 TMA map: %s", what), download(d_out), ref, 1e-2);
+  };
+  ops::cuda::forget_mla_dense_tma_maps();
+  check(small, "first call", 1);
+  check(small, "same cache again", 0);
+  check(all, "more blocks", 1);
+  check(all, "more blocks again", 0);
+  check(small, "first view again", 0);
 }
 
 TEST(CudaMlaSm90, HeadCountsUnderTensorParallel) {

@@ -19,8 +19,10 @@
 //   Warpgroup 2, the producer (setmaxnreg down to kProducerRegs), gathers the 64 cache rows of a
 //   block into one of kStages shared-memory tiles (BF16: cp.async; FP8: 16-byte loads dequantised
 //   to BF16; rows not attended are zero and flagged invalid), then arrives on the stage's `full`
-//   mbarrier. Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64
-//   heads and the key block:
+//   mbarrier. (The seesaw kernel's dense BF16 tiles can instead come by TMA, one thread issuing
+//   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, OSPREY_MLA_DENSE_TMA.)
+//   Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64 heads and the
+//   key block:
 //     S_w = Q [64 × 576] · K[32 keys of half w]ᵀ     wgmma m64n32k16, 36 k-steps, both from smem
 //     row max exchanged between the two (named barrier), online softmax in base 2,
 //     P_w (BF16) written to shared memory, a second named barrier,
@@ -36,10 +38,15 @@
 #include <climits>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/sync.cuh"
+#include "ops/cuda/hopper/tma.cuh"
+#include "ops/cuda/hopper/tma_map.h"
 #include "ops/cuda/hopper/wgmma.cuh"
 #include "ops/cuda/mla/decode_sm90.cuh"
 #include "ops/cuda/mla/hooks.h"
@@ -520,9 +527,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 // bench/RESULTS.md).
 // Q's rope chunk (columns 512–575) lives in registers (wgmma with A from registers): its shared
 // memory holds P_b. Named barriers hand off sM / sc0, sc1, P_a and P_b between the two warpgroups.
+// Producers (template kTma): the 128 producer threads' cp.async gathers (row by row through
+// block_table or top-k; every call), or for dense decode on a cache whose block_size is a
+// multiple of 64, one thread's TMA boxes (tma_producer; OSPREY_MLA_DENSE_TMA=1, default off until
+// measured): the second kernel parameter is then the cache's CUtensorMap ([n_blocks, block_size,
+// 576] BF16, box [1, 64, 64], SW128, built and cached on the host by dense_kv_map), passed by value
+// (__grid_constant__) so that a captured graph keeps it; the cp.async variant gets an empty one.
+// The TMA variant splits the register pool 24 / 240 instead of 56 / 224 (no consumer spills).
 namespace seesaw {
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128·56 + 256·224 = 384·168
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168, "setmaxnreg pool");
+// The TMA producer (one thread issuing boxes) fits in the minimum, 24 registers, and the consumers
+// take the rest of the pool, 240: ptxas spills none of theirs there (at 224 the consumers spill
+// 20–44 bytes, at 232 8 bytes; ptxas -v, CUDA 13.0).
+constexpr int kTmaProducerRegs = 24, kTmaConsumerRegs = 240;  // 128·24 + 256·240 = 384·168
+static_assert(128 * kTmaProducerRegs + 256 * kTmaConsumerRegs <= 384 * 168, "setmaxnreg pool");
 constexpr int kLChunks = 4;  // chunks 0–3: the L half of a tile (V_L); 4–8 the R half
 // Named barriers, 256 threads (one warpgroup arrives, the other waits), one use per pair each.
 constexpr int kBarQ = 1, kBarScale0 = 2, kBarScale1 = 3, kBarP0 = 4, kBarP1 = 5, kBarSum = 6;
@@ -716,8 +735,59 @@ __device__ __forceinline__ void load_q_rope(const Params& a, int t, int g, int r
     }
 }
 
-template <typename Tq, typename To, bool kSparse>
-__global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Params a) {
+// The dense TMA producer (kTma): one thread loads each tile as 9 boxes of [64 rows × 64 columns]
+// through kv_map, the cache viewed as [n_blocks, block_size, 576] BF16 (box {64, 64, 1}, SW128).
+// Tile b of token t holds entries 64·b .. 64·b + 63 of its sequence: block_size % 64 == 0, so
+// they are 64 consecutive rows of one cache block, from row off = 64·b % block_size, of which
+// nv = min(64, L − 64·b) are attended. The box starts at row off + nv − 64: the attended rows land
+// at the bottom (tile rows 64 − nv .. 63, flagged valid) and the rows above are either
+// out-of-range rows before the block (row < 0: zeros, from the TMA unit) or earlier rows of the
+// same block (positions the sequence wrote: finite), flagged invalid. Rows past the context are
+// never read, so a cache slot never written (an uninitialised allocation may hold NaN bit
+// patterns, and 0 · NaN would poison P · V) cannot reach the MMAs; the softmax does not depend on
+// the order of the keys. The padding tile of an odd run reloads the run's last tile with every key
+// flagged invalid (finite data, P = 0). Each box arms its chunk's full barrier with
+// kChunkBytes (mbar_arrive_expect_tx, count 1), so S still starts on the first chunk to land.
+__device__ __forceinline__ void tma_producer(Smem& sm, const Params& a, const CUtensorMap* kv_map,
+                                             int t_first, int32_t w0, int32_t w1) {
+  hw::tma_prefetch_map(kv_map);
+  int it = 0;
+  for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
+    const TokenRun run = token_run<false>(a, t, w0, w1);
+    const int b_end = run.b0 + ((run.b1 - run.b0 + 1) & ~1);  // whole pairs, as the consumers
+    const int32_t* bt = a.block_table + int64_t(run.seq) * a.max_blocks;
+    for (int b = run.b0; b < b_end; ++b, ++it) {
+      const int stage = it & 1;
+      const uint32_t ph = uint32_t(it >> 1) & 1u;
+      const int bl = b < run.b1 ? b : run.b1 - 1;  // the tile loaded (padding: the last one again)
+      const int j0 = bl * kBlockN;                 // its first entry
+      const int nv = min(kBlockN, run.L - j0);     // attended rows loaded
+      const int nv_flag = b < run.b1 ? nv : 0;
+      const int32_t z = bt[j0 / a.block_size];
+      const int32_t y = j0 % a.block_size + nv - kBlockN;
+      hw::mbar_wait(&sm.empty_l[stage], ph ^ 1u);
+      // valid[r] = r ≥ 64 − nv_flag, 16 words of 4 flags (released by the arrive below).
+      uint32_t* flags = reinterpret_cast<uint32_t*>(sm.valid[stage]);
+#pragma unroll
+      for (int k = 0; k < kBlockN / 4; ++k) {
+        uint32_t wd = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wd |= uint32_t(4 * k + j >= kBlockN - nv_flag) << (8 * j);
+        flags[k] = wd;
+      }
+      for (int c = 0; c < kChunks; ++c) {
+        if (c == kLChunks) hw::mbar_wait(&sm.empty_r[stage], ph ^ 1u);
+        hw::mbar_arrive_expect_tx(&sm.full[stage][c], kChunkBytes);
+        hw::tma_load_3d(sm.kv[stage] + c * kChunkBytes, kv_map, &sm.full[stage][c], 64 * c, y, z);
+      }
+    }
+  }
+}
+
+template <typename Tq, typename To, bool kSparse, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_seesaw_sm90_kernel(const Params a, const __grid_constant__ CUtensorMap kv_map) {
+  static_assert(!(kSparse && kTma), "TMA tiles are 64 consecutive rows: dense decode only");
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
@@ -726,7 +796,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
   if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
-      for (int c = 0; c < kChunks; ++c) hw::mbar_init(&sm.full[s][c], kProducerThreads);
+      // cp.async: every producer thread arrives once its copies land; TMA: one armed arrival.
+      for (int c = 0; c < kChunks; ++c) hw::mbar_init(&sm.full[s][c], kTma ? 1 : kProducerThreads);
       hw::mbar_init(&sm.empty_l[s], 128);  // one warpgroup releases each half (see below)
       hw::mbar_init(&sm.empty_r[s], 128);
     }
@@ -739,8 +810,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 
   if (wg == 2) {  // ---- producer warpgroup ----
-    hw::regs_dealloc<kProducerRegs>();
+    hw::regs_dealloc<kTma ? kTmaProducerRegs : kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, hh = pt & 1;
+    if constexpr (kTma) {
+      if (pt == 0) tma_producer(sm, a, &kv_map, t_first, w0, w1);
+      return;  // the other 127 threads have nothing to do; the CTA lives on with the consumers
+    }
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
       const TokenRun run = token_run<kSparse>(a, t, w0, w1);
@@ -765,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_seesaw_sm90_kernel(const Para
   }
 
   // ---- consumer warpgroups ----
-  hw::regs_alloc<kConsumerRegs>();
+  hw::regs_alloc<kTma ? kTmaConsumerRegs : kConsumerRegs>();
   const int w = wg, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);
@@ -892,16 +967,66 @@ bool g_seesaw = [] {
   return !(e && std::string_view(e) == "lockstep");
 }();
 
+// OSPREY_MLA_DENSE_TMA=1 loads the seesaw kernel's dense tiles with TMA (one thread, 9 boxes a
+// tile) instead of the 128 producer threads' cp.async gathers; set_mla_dense_tma() for the tests.
+bool g_dense_tma = [] {
+  const char* e = std::getenv("OSPREY_MLA_DENSE_TMA");
+  return e && e[0] == '1';
+}();
+
+// The TMA map of a BF16 latent cache [n_blocks, block_size, 576] (rows 1152 bytes apart) in boxes
+// of [1, 64, 64] (tma_producer), kept per (base, n_blocks, block_size): a model has one cache per
+// layer, so a step encodes nothing after the first; a cache reallocated with another size gets a
+// new map. Encoding is host-only (legal in a graph capture); the map travels by value as a kernel
+// parameter, so a captured launch keeps its own copy.
+struct KvMapKey {
+  const void* base;
+  int64_t n_blocks;
+  int block_size;
+  bool operator==(const KvMapKey&) const = default;
+};
+struct KvMapHash {
+  size_t operator()(const KvMapKey& k) const {
+    return std::hash<const void*>{}(k.base) ^ (size_t(k.n_blocks) * 0x9e3779b97f4a7c15ull) ^
+           size_t(k.block_size);
+  }
+};
+// More maps than caches any process holds (layers × models × tests); past it the table restarts.
+constexpr size_t kMaxKvMaps = 4096;
+std::mutex g_kv_maps_mu;
+std::unordered_map<KvMapKey, CUtensorMap, KvMapHash> g_kv_maps;
+int64_t g_kv_map_builds = 0;
+
+CUtensorMap dense_kv_map(const void* base, int64_t n_blocks, int block_size) {
+  const KvMapKey key{base, n_blocks, block_size};
+  std::lock_guard<std::mutex> lock(g_kv_maps_mu);
+  if (auto it = g_kv_maps.find(key); it != g_kv_maps.end()) return it->second;
+  if (g_kv_maps.size() >= kMaxKvMaps) g_kv_maps.clear();
+  const uint64_t row_bytes = uint64_t(kWidth) * 2;
+  const CUtensorMap map =
+      hw::tma_map_bf16_3d_sw128(base, kWidth, uint64_t(block_size), uint64_t(n_blocks), row_bytes,
+                                row_bytes * uint64_t(block_size), 64, kBlockN, 1);
+  ++g_kv_map_builds;
+  g_kv_maps.emplace(key, map);
+  return map;
+}
+
+// kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null.
 template <typename Tq, typename To, bool kFp8, bool kSparse>
-void launch(const Params& a, dim3 grid) {
+void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map) {
   auto* k = mla_decode_sm90_kernel<Tq, To, kFp8, kSparse>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-    if constexpr (!kFp8)
-      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse>,
+    if constexpr (!kFp8) {
+      OSPREY_CUDA_CHECK(cudaFuncSetAttribute(seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(seesaw::kSmemBytes)));
+      if constexpr (!kSparse)
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(seesaw::mla_seesaw_sm90_kernel<Tq, To, false, true>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(seesaw::kSmemBytes)));
+    }
     return true;
   }();
   (void)configured;
@@ -909,8 +1034,16 @@ void launch(const Params& a, dim3 grid) {
   // its cache, bench/RESULTS.md).
   if constexpr (!kFp8) {
     if (g_seesaw) {
-      seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse>
-          <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a);
+      if constexpr (!kSparse) {
+        if (kv_map) {
+          seesaw::mla_seesaw_sm90_kernel<Tq, To, false, true>
+              <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, *kv_map);
+          OSPREY_CUDA_LAUNCH_CHECK();
+          return;
+        }
+      }
+      seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false>
+          <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
       OSPREY_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -920,20 +1053,37 @@ void launch(const Params& a, dim3 grid) {
 }
 
 template <typename Tq, typename To>
-void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse) {
+void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map) {
   if (fp8) {
     if (sparse)
-      launch<Tq, To, true, true>(a, grid);
+      launch<Tq, To, true, true>(a, grid, nullptr);
     else
-      launch<Tq, To, true, false>(a, grid);
+      launch<Tq, To, true, false>(a, grid, nullptr);
   } else {
     if (sparse)
-      launch<Tq, To, false, true>(a, grid);
+      launch<Tq, To, false, true>(a, grid, nullptr);
     else
-      launch<Tq, To, false, false>(a, grid);
+      launch<Tq, To, false, false>(a, grid, kv_map);
   }
 }
 }  // namespace
+
+bool set_mla_dense_tma(bool enabled) {
+  const bool was = g_dense_tma;
+  g_dense_tma = enabled;
+  return was;
+}
+void forget_mla_dense_tma_maps() {
+  std::lock_guard<std::mutex> lock(g_kv_maps_mu);
+  g_kv_maps.clear();
+}
+bool mla_dense_tma_enabled() {
+  return g_dense_tma;
+}
+int64_t mla_dense_tma_map_builds() {
+  std::lock_guard<std::mutex> lock(g_kv_maps_mu);
+  return g_kv_map_builds;
+}
 
 int64_t mla_sm90_calls() {
   return g_sm90_calls;
@@ -991,17 +1141,28 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   a.payload = plan.payload;
   a.n_tokens = m.n_tokens;
   const dim3 grid{unsigned(n_parts), unsigned(groups), 1u};
+  // The TMA producer: dense BF16 calls of the seesaw kernel whose 64-entry tiles are whole runs of
+  // one cache block (block_size a multiple of 64); others keep the cp.async gathers.
+  CUtensorMap kv_map;
+  const CUtensorMap* map = nullptr;
+  if (g_dense_tma && g_seesaw && !fp8 && !sparse && m.block_size % kBlockN == 0) {
+    const int64_t rows = cache.numel() / kWidth;
+    OSPREY_CHECK(rows % m.block_size == 0, "MLA dense decode: the BF16 cache's ", rows,
+                 " rows are not whole blocks of ", m.block_size);
+    kv_map = dense_kv_map(cache.data, rows / m.block_size, m.block_size);
+    map = &kv_map;
+  }
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {
     if (out_bf16)
-      launch_kind<bf16, bf16>(a, grid, fp8, sparse);
+      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map);
     else
-      launch_kind<bf16, float>(a, grid, fp8, sparse);
+      launch_kind<bf16, float>(a, grid, fp8, sparse, map);
   } else {
     if (out_bf16)
-      launch_kind<float, bf16>(a, grid, fp8, sparse);
+      launch_kind<float, bf16>(a, grid, fp8, sparse, map);
     else
-      launch_kind<float, float>(a, grid, fp8, sparse);
+      launch_kind<float, float>(a, grid, fp8, sparse, map);
   }
   mla_combine_splits(out.data, out_bf16, a.lse, a.part_o, a.part_lse, plan, int(H), kLat);
   ++g_sm90_calls;

@@ -14,5 +14,13 @@ int64_t mla_sm90_calls();
 // Routes absorbed attention to the CUDA-core kernels when false (default true): the benchmark's
 // baseline and a second reference for the tests. Returns the previous setting.
 bool set_mla_sm90_enabled(bool enabled);
+// Loads the dense BF16 cache tiles of the seesaw kernel with TMA (true) or the cp.async gathers
+// (false; the default, and OSPREY_MLA_DENSE_TMA=1 sets true). Returns the previous setting.
+bool set_mla_dense_tma(bool enabled);
+bool mla_dense_tma_enabled();
+// How many TMA maps of latent caches have been encoded (one per (cache, n_blocks, block_size)).
+int64_t mla_dense_tma_map_builds();
+// Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
+void forget_mla_dense_tma_maps();
 
 }  // namespace osprey::ops::cuda
