@@ -183,6 +183,30 @@ void run_step_benchmark(const StepOptions& o) {
          decode_cost(c, fp8, B, o.context,
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});
+    if (!o.cuda_graph) continue;
+    // The same verify step as a graph replay (key (B, 1 + K), no padding), every row's logits
+    // read back like the eager row's.
+    CudaGraphRunner graphs(model, {B});
+    Storage dev_logits(Device::CUDA, DType::F32, {int64_t(B) * (1 + K), c.vocab_size});
+    bool replayed = true;
+    const auto tg = ops::cuda::time_events(
+        [&] {
+          replayed = replayed && graphs.forward(batch, cache, dev_logits.view());
+          cuda::copy(logits, dev_logits.view());
+        },
+        o.warmup, o.iters);
+    OSPREY_CHECK(replayed && graphs.replays() > 0, "bench step: verify B=", B, " K=", K,
+                 " did not run as a CUDA graph");
+    const cuda::GraphNodeCounts n = graphs.graph(B, false, 1 + K)->nodes();
+    std::printf(
+        "verify graph B=%d K=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d "
+        "other\n",
+        B, K, n.kernels, n.memsets, n.memcpys, n.hosts, n.others);
+    rows.push_back(
+        {"vgraph B=" + std::to_string(B) + " K=" + std::to_string(K), tg,
+         decode_cost(c, fp8, B, o.context,
+                     PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
+         B});
   }
   if (o.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(o.prefill));
@@ -220,7 +244,8 @@ void run_step_benchmark(const StepOptions& o) {
         "(verify rows: each sequence's token + %d drafts through the decode path, logits of every "
         "row; GB and tok/s as its decode row: the bytes a decode reads, B sequences. With mean "
         "accepted length L (tokens per verify), MTP decoding gives L tokens per verify step + %d "
-        "MTP layer steps)\n",
+        "MTP layer steps; vgraph rows, with --cuda-graph: the same verify step as a graph "
+        "replay)\n",
         o.spec_tokens, o.spec_tokens);
   if (o.engine_loop) run_engine_loop(model, engine_loop_options(o));
 }

@@ -213,9 +213,9 @@ void add_step(CLI::App& bench) {
   sub->add_flag("!--bf16", a->fp8, "dummy weights: BF16 linears instead of FP8");
   sub->add_flag(
       "--cuda-graph", a->cuda_graph,
-      "also time each decode batch as a CUDA graph replay (engine/cuda_graph_runner.h: "
-      "the metadata copy + the replay + the logits read-back, as the eager row), with the "
-      "graph's kernels per step");
+      "also time each decode batch (and each verify batch, with --spec-tokens) as a CUDA graph "
+      "replay (engine/cuda_graph_runner.h: the metadata copy + the replay + the logits "
+      "read-back, as the eager row), with the graph's kernels per step");
   sub->add_flag("--engine-loop", a->engine_loop,
                 "also decode --iters steps of --batch requests (prompts of --context tokens) "
                 "through the engine with async scheduling on and off: host time per step, the "

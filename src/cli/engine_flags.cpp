@@ -11,10 +11,12 @@ Device parse_device_flag(const std::string& device) {
 
 void add_cuda_graph_flags(CLI::App* sub, CudaGraphFlags& flags) {
   sub->add_flag("--cuda-graph", flags.cuda_graph,
-                "require CUDA graphs for pure decode steps (the default on the GPU): a step is the "
-                "replay of a graph captured per padded batch size (vLLM's buckets 1, 2, 4, 8, 16, "
-                "... up to max_num_seqs); prefill and mixed steps stay eager; an error where "
-                "graphs cannot run (CPU, a parallel model)");
+                "require CUDA graphs for pure decode and speculative verify steps (the default "
+                "on the GPU): a step is the replay of a graph captured per padded batch size "
+                "(vLLM's buckets 1, 2, 4, 8, 16, ... up to max_num_seqs) and tokens a sequence "
+                "(1, or 1 + num_speculative_tokens); prefill and mixed steps and the MTP "
+                "drafter's steps stay eager; an error where graphs cannot run (CPU, a parallel "
+                "model)");
   sub->add_flag("--enforce-eager", flags.enforce_eager,
                 "run every step eagerly, op by op (no CUDA graphs), as vLLM's --enforce-eager");
 }

@@ -1,5 +1,6 @@
 // Flags of the commands that run the engine on a model here (generate, eval, serve): where the
-// model runs (--device) and whether decode steps replay CUDA graphs (on by default on the GPU;
+// model runs (--device) and whether decode and verify steps replay CUDA graphs (on by default on
+// the GPU;
 // --enforce-eager turns them off, --cuda-graph insists on them).
 #pragma once
 
@@ -20,10 +21,10 @@ struct CudaGraphFlags {
 };
 void add_cuda_graph_flags(CLI::App* sub, CudaGraphFlags& flags);
 
-// Whether the engine replays decode steps as CUDA graphs (EngineConfig::cuda_graph): by default
-// yes for a model on the GPU that is not split over ranks (the graph runner serves one GPU), no on
-// the CPU; never with --enforce-eager. --cuda-graph turns the default into a requirement (the
-// graph runner then names what is missing); both flags at once fail.
+// Whether the engine replays decode and verify steps as CUDA graphs (EngineConfig::cuda_graph): by
+// default yes for a model on the GPU that is not split over ranks (the graph runner serves one
+// GPU), no on the CPU; never with --enforce-eager. --cuda-graph turns the default into a
+// requirement (the graph runner then names what is missing); both flags at once fail.
 bool use_cuda_graph(const CudaGraphFlags& flags, Device model_device, bool parallel_model);
 
 }  // namespace osprey::cli

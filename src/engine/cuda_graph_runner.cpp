@@ -33,23 +33,9 @@ int cuda_graph_bucket(const std::vector<int>& sizes, int n) {
   return it == sizes.end() ? 0 : *it;
 }
 
-std::string cuda_graph_ineligible(const ForwardBatch& b) {
-  const AttentionMeta& m = b.attn;
-  if (m.n_seqs < 1) return "no sequences";
-  if (m.n_tokens != m.n_seqs || b.max_query_len != 1)
-    return "not a pure decode (a sequence brings more than one token)";
-  if (b.spec_decode) return "a speculative verify step";
-  for (const Tensor* t : {&b.token_ids, &m.positions, &m.seq_lens, &m.block_table, &m.slot_mapping,
-                          &b.logits_indices})
-    if (t->device != Device::CPU) return "metadata not on the host";
-  if (b.logits_indices.numel() != m.n_seqs) return "not every sequence is sampled";
-  const int32_t* li = b.logits_indices.ptr<int32_t>();
-  for (int r = 0; r < m.n_seqs; ++r)
-    if (li[r] != r) return "sample rows out of batch order";
-  const int32_t* lens = m.seq_lens.ptr<int32_t>();
-  for (int r = 0; r < m.n_seqs; ++r)
-    if (lens[r] < 1) return "a sequence with an empty context";
-  return "";
+GraphKey cuda_graph_key(const std::vector<int>& sizes, const ForwardBatch& b) {
+  if (!cuda_graph_ineligible(b).empty()) return {0, 1};
+  return {cuda_graph_bucket(sizes, b.attn.n_seqs), cuda_graph_tokens_per_seq(b)};
 }
 
 std::string cuda_graph_sampling_unsupported(const GraphSampling& s, int n_seqs, int bucket) {
@@ -119,10 +105,13 @@ CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> ca
   fail("CUDA graphs (--cuda-graph) need the CUDA backend: this build has none");
 }
 CudaGraphRunner::~CudaGraphRunner() = default;
-bool CudaGraphRunner::forward(const ForwardBatch&, PagedKVCache&, Tensor, GraphSampling*) {
+bool CudaGraphRunner::forward(const ForwardBatch&, PagedKVCache&, Tensor, GraphSampling*, Tensor) {
   return false;
 }
-const ForwardBatch* CudaGraphRunner::device_batch(int) const {
+int64_t CudaGraphRunner::graph_rows(const ForwardBatch&) const {
+  return 0;
+}
+const ForwardBatch* CudaGraphRunner::device_batch(int, int) const {
   return nullptr;
 }
 Tensor CudaGraphRunner::device_sample_rows(int) const {
@@ -153,13 +142,15 @@ struct GraphOf {
   const void* cache = nullptr;
   const void* prompt_mask = nullptr;  // the Sampler's penalty state (the sampling graph only)
   const void* output_counts = nullptr;
+  const void* hidden = nullptr;  // the hidden-state buffer (null: captured without hidden_out)
 };
 }  // namespace
 
 struct CudaGraphRunner::Bucket {
-  int size = 0;
-  Buffer host;  // U8 [bytes] the staging twin of dev
-  Storage dev;  // U8 [bytes] on the device: the metadata (and sampling rows) the graph reads
+  int size = 0;  // Bp
+  int q = 1;     // tokens a sequence
+  Buffer host;   // U8 [bytes] the staging twin of dev
+  Storage dev;   // U8 [bytes] on the device: the metadata (and sampling rows) the graph reads
   size_t bytes = 0;
   size_t sample_at = 0, lists_at = 0;  // byte offsets of sample_rows and token_lists in the region
   ForwardBatch host_view, dev_batch;   // the same pieces in host and device memory
@@ -169,9 +160,8 @@ struct CudaGraphRunner::Bucket {
   Buffer out_host;
   Storage out_dev;
   Tensor host_ids, dev_ids, host_lp, dev_lp, host_top, dev_top;
-  int prev_real = -1;         // real rows of the last step (−1: never staged)
+  GraphMetadataHost meta;     // the metadata pieces of `host`, and the shrink-tail state
   int prev_sample_real = -1;  // real rows of the last step that sampled in the graph
-  int32_t pad_block = -1;     // the block padding rows read (row 0's first block)
   bool uncapturable = false;  // a capture failed: this bucket's steps run eagerly
   GraphOf plain, sampled;     // the logits-only graph and the graph with sampling
 };
@@ -189,17 +179,20 @@ CudaGraphRunner::CudaGraphRunner(const DeepseekModel& model, std::vector<int> ca
 
 CudaGraphRunner::~CudaGraphRunner() = default;
 
-CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int block_size) {
+CudaGraphRunner::Bucket& CudaGraphRunner::bucket(GraphKey key, int max_blocks, int block_size) {
   if (max_blocks != max_blocks_) {  // another table width: every region is laid out anew
     buckets_.clear();
     max_blocks_ = max_blocks;
   }
-  std::unique_ptr<Bucket>& slot = buckets_[size];
+  std::unique_ptr<Bucket>& slot = buckets_[key];
   if (slot) return *slot;
   slot = std::make_unique<Bucket>();
   Bucket& k = *slot;
+  const int size = key.bucket, q = key.tokens_per_seq;
   k.size = size;
-  const int64_t n = size;
+  k.q = q;
+  const int64_t n = size;    // sequences (and sampling rows)
+  const int64_t nt = n * q;  // tokens
   struct Piece {
     Tensor* host;
     Tensor* dev;
@@ -209,13 +202,13 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
   ForwardBatch& h = k.host_view;
   ForwardBatch& d = k.dev_batch;
   Piece pieces[] = {
-      {&h.token_ids, &d.token_ids, DType::I32, {n}},
-      {&h.attn.positions, &d.attn.positions, DType::I32, {n}},
+      {&h.token_ids, &d.token_ids, DType::I32, {nt}},
+      {&h.attn.positions, &d.attn.positions, DType::I32, {nt}},
       {&h.attn.seq_lens, &d.attn.seq_lens, DType::I32, {n}},
       {&h.attn.query_start_loc, &d.attn.query_start_loc, DType::I32, {n + 1}},
-      {&h.attn.req_id_per_token, &d.attn.req_id_per_token, DType::I32, {n}},
-      {&h.logits_indices, &d.logits_indices, DType::I32, {n}},
-      {&h.attn.slot_mapping, &d.attn.slot_mapping, DType::I64, {n}},
+      {&h.attn.req_id_per_token, &d.attn.req_id_per_token, DType::I32, {nt}},
+      {&h.logits_indices, &d.logits_indices, DType::I32, {nt}},
+      {&h.attn.slot_mapping, &d.attn.slot_mapping, DType::I64, {nt}},
       {&h.attn.block_table, &d.attn.block_table, DType::I32, {n, max_blocks}},
   };
   size_t offsets[std::size(pieces)];
@@ -262,65 +255,36 @@ CudaGraphRunner::Bucket& CudaGraphRunner::bucket(int size, int max_blocks, int b
   k.dev_top = Tensor{dout + top_at, DType::I32, {n, kMaxTopLogprobs}, Device::CUDA};
   for (ForwardBatch* b : {&h, &d}) {
     b->attn.n_seqs = size;
-    b->attn.n_tokens = size;
+    b->attn.n_tokens = int(nt);
     b->attn.block_size = block_size;
     // The split-KV plan: a fingerprint of this capture alone, so that layer 0's plan kernel is
     // captured (the cache is forgotten before each capture) and layers 1.. reuse its buffer; in a
     // replay that kernel rebuilds the plan from the step's device positions.
-    b->attn.fingerprint = kGraphFingerprint ^ uint64_t(size);
-    b->max_query_len = 1;
-    b->spec_decode = false;
+    b->attn.fingerprint = kGraphFingerprint ^ (uint64_t(size) | uint64_t(q) << 32);
+    b->max_query_len = q;
+    b->spec_decode = q > 1;  // a verify: the absorbed (decode) path with s_q = q, as eagerly
   }
-  // One token a sequence: these are the same for every step of the bucket (never rewritten).
-  int32_t* qsl = h.attn.query_start_loc.ptr<int32_t>();
-  int32_t* req = h.attn.req_id_per_token.ptr<int32_t>();
-  int32_t* li = h.logits_indices.ptr<int32_t>();
-  for (int r = 0; r <= size; ++r) qsl[r] = r;
-  for (int r = 0; r < size; ++r) req[r] = li[r] = r;
+  // The pieces fixed for the key (query_start_loc, req_id_per_token, logits_indices): written
+  // once, never again.
+  GraphMetadataHost& m = k.meta;
+  m.size = size;
+  m.tokens_per_seq = q;
+  m.table_width = max_blocks;
+  m.token_ids = h.token_ids.ptr<int32_t>();
+  m.positions = h.attn.positions.ptr<int32_t>();
+  m.seq_lens = h.attn.seq_lens.ptr<int32_t>();
+  m.query_start_loc = h.attn.query_start_loc.ptr<int32_t>();
+  m.req_id_per_token = h.attn.req_id_per_token.ptr<int32_t>();
+  m.logits_indices = h.logits_indices.ptr<int32_t>();
+  m.slot_mapping = h.attn.slot_mapping.ptr<int64_t>();
+  m.block_table = h.attn.block_table.ptr<int32_t>();
+  init_graph_metadata(m);
   return k;
 }
 
 void CudaGraphRunner::stage(Bucket& k, const ForwardBatch& b, const GraphSampling* sampling) {
-  const int B = b.attn.n_seqs, Bp = k.size, bs = b.attn.block_size;
-  const int64_t W = max_blocks_;
-  ForwardBatch& h = k.host_view;
-  int32_t* tok = h.token_ids.ptr<int32_t>();
-  int32_t* pos = h.attn.positions.ptr<int32_t>();
-  int32_t* lens = h.attn.seq_lens.ptr<int32_t>();
-  int64_t* slot = h.attn.slot_mapping.ptr<int64_t>();
-  int32_t* table = h.attn.block_table.ptr<int32_t>();
-  const int32_t* src_table = b.attn.block_table.ptr<int32_t>();
-  const int64_t src_w = b.attn.block_table.size(1);
-  std::memcpy(tok, b.token_ids.data, size_t(B) * sizeof(int32_t));
-  std::memcpy(pos, b.attn.positions.data, size_t(B) * sizeof(int32_t));
-  std::memcpy(lens, b.attn.seq_lens.data, size_t(B) * sizeof(int32_t));
-  std::memcpy(slot, b.attn.slot_mapping.data, size_t(B) * sizeof(int64_t));
-  // Real rows: the table entries their context covers (entries past it are never read, as in the
-  // eager step's table).
-  for (int r = 0; r < B; ++r) {
-    const int64_t used = (int64_t(lens[r]) + bs - 1) / bs;
-    std::memcpy(table + r * W, src_table + r * src_w, size_t(used) * sizeof(int32_t));
-  }
-  // Padding rows: the rows that were real last step (the tail that shrank) are reset; rows that
-  // were padding already keep their values but entry 0, when row 0's first block moved.
-  const int32_t pad_block = table[0];
-  const int was_real = k.prev_real < 0 ? Bp : k.prev_real;  // never staged: every row is reset
-  last_padding_rewrites = 0;
-  for (int r = B; r < Bp; ++r) {
-    if (r < was_real) {
-      tok[r] = 0;
-      pos[r] = 0;
-      lens[r] = 1;
-      slot[r] = -1;
-      table[r * W] = pad_block;
-      ++last_padding_rewrites;
-    } else if (pad_block != k.pad_block) {
-      table[r * W] = pad_block;
-      ++last_padding_rewrites;
-    }
-  }
-  k.prev_real = B;
-  k.pad_block = pad_block;
+  const int B = b.attn.n_seqs, Bp = k.size;
+  last_padding_rewrites = stage_graph_metadata(k.meta, b);
   // The sampling rows (shrink-tail over the steps that sampled in the graph) and the lists.
   size_t copy_bytes = k.sample_at;
   last_sample_row_rewrites = 0;
@@ -357,24 +321,38 @@ void CudaGraphRunner::read_back(Bucket& k, int n, GraphSampling* s) {
   ++graph_sampled_;
 }
 
+int64_t CudaGraphRunner::graph_rows(const ForwardBatch& batch) const {
+  const GraphKey key = cuda_graph_key(sizes_, batch);
+  return int64_t(key.bucket) * key.tokens_per_seq;
+}
+
 bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Tensor logits,
-                              GraphSampling* sampling) {
+                              GraphSampling* sampling, Tensor hidden) {
   if (sampling) sampling->sampled = false;
   if (std::string why = cuda_graph_ineligible(batch); !why.empty()) return eager(why);
   // The indexer_recent control copies through the host (an eval diagnostic): eager.
   if (model_.ablation().indexer_recent) return eager("the indexer_recent ablation");
   const int B = batch.attn.n_seqs;
+  const int q = cuda_graph_tokens_per_seq(batch);
   const int Bp = cuda_graph_bucket(sizes_, B);
   if (Bp == 0) return eager("batch larger than every capture size");
+  const int64_t rows = int64_t(Bp) * q;  // tokens of the padded step: logits and hidden rows
   if (logits.device != Device::CUDA || logits.dtype != DType::F32)
     return eager("logits not F32 on the GPU");
-  if (logits.size(0) < Bp) return eager("logits buffer smaller than the bucket");
+  if (logits.size(0) < rows) return eager("logits buffer smaller than the bucket");
   if (cache.device() != Device::CUDA) return eager("KV cache not on the GPU");
-  Bucket& k = bucket(Bp, int(batch.attn.block_table.size(1)), batch.attn.block_size);
+  if (hidden.data) {
+    if (hidden.device != Device::CUDA || hidden.dtype != DType::F32 || hidden.dim() != 2 ||
+        hidden.size(1) != model_.config().hidden_size)
+      return eager("hidden-state buffer not [n, D] F32 on the GPU");
+    if (hidden.size(0) < rows) return eager("hidden-state buffer smaller than the bucket");
+  }
+  Bucket& k = bucket({Bp, q}, int(batch.attn.block_table.size(1)), batch.attn.block_size);
   if (k.uncapturable) return eager("the bucket's capture failed");
   bool in_graph = false;
   if (sampling) {
-    const std::string why = cuda_graph_sampling_unsupported(*sampling, B, Bp);
+    const std::string why = q > 1 ? "a verify step (sampled on the host: its draft rows)"
+                                  : cuda_graph_sampling_unsupported(*sampling, B, Bp);
     if (why.empty()) {
       in_graph = true;
     } else {
@@ -384,7 +362,9 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   }
   stage(k, batch, in_graph ? sampling : nullptr);
   last_download_bytes = 0;
-  const Tensor out = logits.rows(0, Bp);  // [Bp, vocab]: the padding rows' logits too
+  const Tensor out = logits.rows(0, rows);  // [Bp·q, vocab]: the padding rows' logits too
+  ForwardOptions fo;
+  if (hidden.data) fo.hidden_out = hidden.rows(0, rows);  // [Bp·q, D]
   GraphOf& g = in_graph ? k.sampled : k.plain;
   // The sampling kernel over the bucket's rows (padding rows included: greedy, stateless).
   SampleMeta meta;
@@ -396,12 +376,12 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
     meta.output_counts = sampling->output_counts;
   }
   auto step = [&] {
-    model_.forward(k.dev_batch, cache, out);
+    model_.forward(k.dev_batch, cache, out, fo);
     if (in_graph) ops::sample(k.dev_ids, k.dev_lp, k.dev_top, out, meta);
   };
   const bool stale = g.graph.empty() || g.epoch != ops::cuda::device_memory_epoch() ||
                      g.ws_generation != model_.workspace_generation() || g.logits != out.data ||
-                     g.cache != cache.latent(0).data ||
+                     g.cache != cache.latent(0).data || g.hidden != fo.hidden_out.data ||
                      (in_graph && (g.prompt_mask != meta.prompt_mask.data ||
                                    g.output_counts != meta.output_counts.data));
   if (!stale) {
@@ -423,7 +403,7 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
     OSPREY_CHECK(epoch == ops::cuda::device_memory_epoch(),
                  "the capture reallocated device memory");
   } catch (const Error& e) {
-    // The warm-up gave this step's logits (and ids); the bucket's later steps run eagerly. A bug
+    // The warm-up gave this step's logits (and ids); the key's later steps run eagerly. A bug
     // to report (the step budget tests capture every layer kind), not a reason to stop serving.
     ops::cuda::invalidate_mla_plan_cache();
     k.plain.graph = cuda::CudaGraph();
@@ -431,8 +411,9 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
     k.uncapturable = true;
     ++capture_failures_;
     std::fprintf(stderr,
-                 "osprey: CUDA graph capture of batch size %d failed, it runs eagerly: %s\n", Bp,
-                 e.what());
+                 "osprey: CUDA graph capture of batch size %d (%d tokens a sequence) failed, it "
+                 "runs eagerly: %s\n",
+                 Bp, q, e.what());
     if (in_graph) read_back(k, B, sampling);
     return true;
   }
@@ -441,6 +422,7 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   g.ws_generation = model_.workspace_generation();
   g.logits = out.data;
   g.cache = cache.latent(0).data;
+  g.hidden = fo.hidden_out.data;
   g.prompt_mask = meta.prompt_mask.data;
   g.output_counts = meta.output_counts.data;
   ++captures_;
@@ -448,23 +430,23 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   return true;
 }
 
-const ForwardBatch* CudaGraphRunner::device_batch(int bucket) const {
-  const auto it = buckets_.find(bucket);
+const ForwardBatch* CudaGraphRunner::device_batch(int bucket, int q) const {
+  const auto it = buckets_.find(GraphKey{bucket, q});
   return it == buckets_.end() ? nullptr : &it->second->dev_batch;
 }
 
 Tensor CudaGraphRunner::device_sample_rows(int bucket) const {
-  const auto it = buckets_.find(bucket);
+  const auto it = buckets_.find(GraphKey{bucket, 1});
   return it == buckets_.end() ? Tensor{} : it->second->dev_rows;
 }
 
 Tensor CudaGraphRunner::device_sampled_ids(int bucket) const {
-  const auto it = buckets_.find(bucket);
+  const auto it = buckets_.find(GraphKey{bucket, 1});
   return it == buckets_.end() ? Tensor{} : it->second->dev_ids;
 }
 
-const cuda::CudaGraph* CudaGraphRunner::graph(int bucket, bool with_sampling) const {
-  const auto it = buckets_.find(bucket);
+const cuda::CudaGraph* CudaGraphRunner::graph(int bucket, bool with_sampling, int q) const {
+  const auto it = buckets_.find(GraphKey{bucket, q});
   if (it == buckets_.end()) return nullptr;
   const GraphOf& g = with_sampling ? it->second->sampled : it->second->plain;
   return g.graph.empty() ? nullptr : &g.graph;

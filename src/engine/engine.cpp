@@ -150,9 +150,18 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
 
 void Engine::run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
                          const ForwardOptions& fo, GraphSampling* sampling) {
-  if (graphs_ && !fo.hidden_out.data && graphs_->forward(batch, cache_, logits_buffer, sampling))
+  // Only the options the graphs capture (the engine sets no other: no dumps, no forced top-k).
+  const bool graphable = !fo.dump && !fo.forced_topk && fo.path == AttentionPath::Auto;
+  const Tensor hidden = fo.hidden_out.data && drafter_ ? drafter_->main_hidden_buffer() : Tensor{};
+  if (graphs_ && graphable && (!fo.hidden_out.data || hidden.data) &&
+      graphs_->forward(batch, cache_, logits_buffer, sampling, hidden))
     return;
   model_.forward(batch, cache_, logits, fo);
+}
+
+int64_t Engine::logits_rows(const StepPlan& plan, const ForwardBatch& batch) const {
+  const int64_t graph = graphs_ ? graphs_->graph_rows(batch) : 0;
+  return std::max<int64_t>({int64_t(plan.num_sampled), graph, sched_cfg_.max_num_seqs});
 }
 
 std::unique_ptr<GraphSampling> Engine::prepare_graph_sampling(
@@ -334,9 +343,9 @@ std::vector<RequestOutput> Engine::step_sync() {
     const ForwardBatch& batch = inputs_[0]->build(plan);
     // [num_sampled, vocab] on the model's device: sampled there, only the ids come back.
     const int64_t vocab = model_.config().vocab_size;
-    if (logits_.empty() || logits_.view().size(0) < plan.num_sampled)
-      logits_ = Storage(model_.device(), DType::F32,
-                        {std::max<int64_t>(plan.num_sampled, sched_cfg_.max_num_seqs), vocab});
+    if (const int64_t need = logits_rows(plan, batch);
+        logits_.empty() || logits_.view().size(0) < need)
+      logits_ = Storage(model_.device(), DType::F32, {need, vocab});
     const Tensor logits = logits_.view().rows(0, plan.num_sampled);
     ForwardOptions fo;
     if (drafter_) fo.hidden_out = drafter_->main_hidden(batch.attn.n_tokens);
@@ -487,10 +496,9 @@ std::vector<RequestOutput> Engine::step_async() {
     }
     scheduler_.launch(next->plan);
     const int64_t vocab = model_.config().vocab_size;
-    if (logits_.empty() || logits_.view().size(0) < next->plan.num_sampled)
-      logits_ =
-          Storage(model_.device(), DType::F32,
-                  {std::max<int64_t>(next->plan.num_sampled, sched_cfg_.max_num_seqs), vocab});
+    if (const int64_t need = logits_rows(next->plan, *batch);
+        logits_.empty() || logits_.view().size(0) < need)
+      logits_ = Storage(model_.device(), DType::F32, {need, vocab});
     const Tensor logits = logits_.view().rows(0, next->plan.num_sampled);
     next->follows = in_flight_.has_value() || device_waiting_;
     next->prev_sampled = last_sampled_;

@@ -66,11 +66,11 @@ struct EngineConfig {
   // the same as the synchronous loop's and the host's work leaves the device's critical path.
   // Ignored (synchronous) with speculative decoding or a parallel model.
   bool async_scheduling = true;
-  // Pure decode steps as replays of CUDA graphs captured per padded batch-size bucket
-  // (engine/cuda_graph_runner.h). Off by default here; the CLI turns it on for a model on one GPU
-  // (cli/engine_flags.h: --enforce-eager, --cuda-graph);
-  // prefill, mixed and speculative verify steps stay eager. Needs the model on the GPU (not
-  // parallel): the Engine fails at construction otherwise.
+  // Pure decode and speculative verify steps as replays of CUDA graphs captured per padded
+  // batch-size bucket and tokens a sequence (engine/cuda_graph_runner.h). Off by default here;
+  // the CLI turns it on for a model on one GPU (cli/engine_flags.h: --enforce-eager,
+  // --cuda-graph); prefill and mixed steps and the MTP drafter's forwards stay eager. Needs the
+  // model on the GPU (not parallel): the Engine fails at construction otherwise.
   bool cuda_graph = false;
   // With cuda_graph: pure decode steps are sampled inside their graph and only the ids come back
   // (cuda_graph_runner.h). false: the graphs end with the logits and the Sampler runs after the
@@ -161,8 +161,8 @@ struct EngineStats {
   // wake-up before the forward started; on CUDA the engine keeps the worker awake for the launch
   // that follows the wait, so only the first launch after an idle engine should).
   int64_t async_worker_wakeups = 0;
-  // CUDA graphs (EngineConfig::cuda_graph): decode steps replayed, and graphs captured (a bucket's
-  // first step, or after the memory a graph points at moved).
+  // CUDA graphs (EngineConfig::cuda_graph): decode and verify steps replayed, and graphs captured
+  // (a key's first step, or after the memory a graph points at moved).
   int64_t cuda_graph_replays = 0;
   int64_t cuda_graph_captures = 0;
   int64_t cuda_graph_capture_failures = 0;  // buckets that fell back to eager steps
@@ -249,8 +249,12 @@ class Engine {
   };
   // The model step on the executor: a CUDA graph replay where graphs_ takes it, else eager.
   // sampling: the step's prepared rows, to sample inside the graph (null: logits only).
+  // fo.hidden_out set (speculative decoding): a graph writes the hidden states into the drafter's
+  // whole buffer (rows up to the bucket's tokens).
   void run_forward(const ForwardBatch& batch, Tensor logits, Tensor logits_buffer,
                    const ForwardOptions& fo, GraphSampling* sampling = nullptr);
+  // The logits rows the step of `batch` needs: its sampled rows, or a graph's padded rows.
+  int64_t logits_rows(const StepPlan& plan, const ForwardBatch& batch) const;
   // With CUDA graphs, for a pure decode step: prepares the sampled rows of `plan` in the Sampler
   // before the launch (pending: the in-flight step's token of each sequence that has one, with
   // async scheduling) and returns what the graph samples from; null when the step is no
@@ -285,7 +289,9 @@ class Engine {
   // step in flight reads one while the next is built into the other).
   std::unique_ptr<StepInputs> inputs_[2];
   int next_inputs_ = 0;
-  Storage logits_;  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used
+  // [≥ max_num_seqs, vocab] F32 on the model's device, rows [0, num_sampled) used (a graph step:
+  // rows up to its bucket · tokens a sequence written)
+  Storage logits_;
   Sampler sampler_;
   std::unique_ptr<MtpDrafter> drafter_;      // speculative decoding only
   std::unique_ptr<CudaGraphRunner> graphs_;  // EngineConfig::cuda_graph only

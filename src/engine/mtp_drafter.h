@@ -39,6 +39,8 @@ class MtpDrafter {
 
   // [n_tokens, D] on the model's device: ForwardOptions::hidden_out of the main step.
   Tensor main_hidden(int64_t n_tokens) const;
+  // The whole buffer [max_num_batched_tokens, D] (a CUDA graph step writes its padded rows too).
+  Tensor main_hidden_buffer() const { return main_hidden_.view(); }
 
   // One sequence's part of catch_up: positions [start, start + next_tokens.size()) were kept by
   // the main step, whose hidden states are main_hidden rows [row, row + next_tokens.size());

@@ -107,7 +107,8 @@ TEST(StepInputs, PureDecodeStepsAreGraphEligible) {
   EXPECT_EQ(fb.max_query_len, 1);
   EXPECT_FALSE(fb.spec_decode);
   EXPECT_EQ(cuda_graph_ineligible(fb), "");
-  // A decode with a draft to verify (1 + 1 tokens, both rows sampled): a verify step, eager.
+  // A decode with a draft to verify beside plain decodes (1 + 1 tokens, both rows sampled): a
+  // verify step, but of uneven runs: eager.
   a.draft = {4};
   plan.seqs[0].num_tokens = 2;
   plan.seqs[0].num_draft = 1;
@@ -125,6 +126,41 @@ TEST(StepInputs, PureDecodeStepsAreGraphEligible) {
   const ForwardBatch& mb = in.build(plan);
   EXPECT_FALSE(mb.spec_decode);
   EXPECT_NE(cuda_graph_ineligible(mb), "");
+}
+
+// The engine's verify steps where every sequence brings its known token and K drafts (all rows
+// sampled) are what the CUDA graph runner replays, keyed by (bucket, 1 + K); one sequence with
+// fewer drafts makes the step uneven (eager).
+TEST(StepInputs, UniformVerifyStepsAreGraphEligible) {
+  StepInputs in(64, 4, 8, 64, /*max_logit_rows=*/4 * 3);
+  Sequence a = make_seq(1, 6, {7}), b = make_seq(2, 3, {5}), c = make_seq(3, 5, {1});
+  a.output = {9};
+  b.output = {8};
+  c.output = {7, 6};
+  a.draft = {4, 5};
+  b.draft = {6, 7};
+  c.draft = {8, 9};
+  StepPlan plan;
+  plan.seqs = {{&a, 6, 3, true, 2}, {&b, 3, 3, true, 2}, {&c, 6, 3, true, 2}};
+  plan.num_tokens = 9;
+  plan.num_sampled = 9;
+  const ForwardBatch& ub = in.build(plan);
+  EXPECT_TRUE(ub.spec_decode);
+  EXPECT_EQ(ub.max_query_len, 3);
+  EXPECT_EQ(cuda_graph_ineligible(ub), "");
+  EXPECT_EQ(cuda_graph_tokens_per_seq(ub), 3);
+  EXPECT_EQ(cuda_graph_key({1, 2, 4}, ub), (GraphKey{4, 3}));
+  EXPECT_EQ(cuda_graph_key({1, 2}, ub).bucket, 0);  // larger than every bucket
+  // b verifies one draft only: 3 + 2 + 3 tokens, uneven.
+  plan.seqs[1].num_tokens = 2;
+  plan.seqs[1].num_draft = 1;
+  plan.num_tokens = 8;
+  plan.num_sampled = 8;
+  const ForwardBatch& vb = in.build(plan);
+  EXPECT_TRUE(vb.spec_decode);
+  const std::string why = cuda_graph_ineligible(vb);
+  EXPECT_NE(why.find("different numbers of tokens"), std::string::npos) << why;
+  EXPECT_EQ(cuda_graph_key({1, 2, 4}, vb).bucket, 0);
 }
 
 // Staging for the device (DeepseekModel::stage_batch): a prompt chunk that samples no row (the

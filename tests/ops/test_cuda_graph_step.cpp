@@ -14,13 +14,22 @@
 //     one sample kernel, no memset or host node; per step only the ids (and asked-for logprob
 //     rows) come back; its sampling rows keep the shrink-tail rule on the device; the engine's
 //     tokens with in-graph sampling equal its tokens with host sampling (sync and async), and a
-//     step the in-graph sampler cannot take falls back, counted by reason.
+//     step the in-graph sampler cannot take falls back, counted by reason;
+//   - speculative verify steps (B sequences of 1 + K tokens, every token sampled; key (bucket,
+//     1 + K)): replay logits and hidden states == the padded eager warm-up's, bit for bit; real
+//     rows close to the unpadded eager step's; padding writes no cache entry; no memset, no host
+//     node, and the decode step's kernel budget per layer (one kernel more with the hidden states
+//     out); the engine with --speculative-config (K = 1, 2, 3) and graphs gives the eager
+//     engine's greedy tokens, its verify steps replayed.
 // Skips without a GPU.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "core/device_buffer.h"
@@ -29,8 +38,12 @@
 #include "engine/cuda_graph_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/speculative_config.h"
 #include "model/greedy.h"
 #include "model/make_model.h"
+#include "model/model_writer.h"
+#include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 
 namespace osprey {
 namespace {
@@ -297,27 +310,52 @@ struct Captured {
   GraphNodes nodes;
   int layers = 0;
 };
-Captured capture_step(int layers, int dense, bool indexer) {
+// The decode steps of `seqs` as verify steps: each sequence's token and k drafts (random ids) at
+// the next positions, every token sampled.
+std::vector<SeqStep> verify_steps(const std::vector<SeqStep>& decode, int k, int V,
+                                  std::mt19937& g) {
+  std::uniform_int_distribution<int> tok(2, V - 1);
+  std::vector<SeqStep> v = decode;
+  for (SeqStep& s : v) {
+    for (int i = 0; i < k; ++i) s.tokens.push_back(tok(g));
+    s.all_logits = true;
+  }
+  return v;
+}
+ForwardBatch as_verify(const OwnedBatch& ob) {
+  ForwardBatch b = ob.batch();
+  b.spec_decode = true;  // the absorbed (decode) path with s_q = 1 + k, as the engine runs it
+  return b;
+}
+
+// The captured step of kBudgetBatch sequences, q tokens each (q = 1: a decode, else a verify of
+// q − 1 drafts), with the hidden states out when asked.
+Captured capture_step(int layers, int dense, bool indexer, int q = 1, bool hidden = false) {
   const auto m = small_model(layers, dense, indexer);
   std::mt19937 g(5);
   PagedKVCache cache = m->make_cache(kBudgetBatch * kBlocksPerSeq);
   const Batch seqs = prefill(*m, cache, kBudgetBatch, g);
-  OwnedBatch ob(seqs.decode, kBlockSize);
+  const int64_t V = m->config().vocab_size, D = m->config().hidden_size;
+  OwnedBatch ob(q == 1 ? seqs.decode : verify_steps(seqs.decode, q - 1, int(V), g), kBlockSize);
+  const ForwardBatch b = q == 1 ? ob.batch() : as_verify(ob);
   CudaGraphRunner runner(*m, {kBudgetBatch});
-  Storage dl(Device::CUDA, DType::F32, {kBudgetBatch, m->config().vocab_size});
-  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
-  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));
+  Storage dl(Device::CUDA, DType::F32, {kBudgetBatch * q, V});
+  Storage dh(Device::CUDA, DType::F32, {kBudgetBatch * q, D});
+  const Tensor h = hidden ? dh.view() : Tensor{};
+  EXPECT_TRUE(runner.forward(b, cache, dl.view(), nullptr, h));
+  EXPECT_TRUE(runner.forward(b, cache, dl.view(), nullptr, h));
   EXPECT_EQ(runner.capture_failures(), 0);
   EXPECT_EQ(runner.replays(), 1);
-  const cuda::CudaGraph* graph = runner.graph(kBudgetBatch);
+  const cuda::CudaGraph* graph = runner.graph(kBudgetBatch, false, q);
   EXPECT_NE(graph, nullptr);
   Captured c;
   c.layers = layers;
   if (graph) c.nodes = graph_nodes(static_cast<cudaGraph_t>(graph->raw_graph()));
   const cuda::GraphNodeCounts n = graph ? graph->nodes() : cuda::GraphNodeCounts{};
   EXPECT_EQ(n.kernels, c.nodes.kernels);
-  std::printf("GRAPH step %d layers (%d dense, indexer %s): %s\n", layers, dense,
-              indexer ? "on" : "off", c.nodes.summary().c_str());
+  std::printf("GRAPH step %d layers (%d dense, indexer %s), %d tokens a sequence%s: %s\n", layers,
+              dense, indexer ? "on" : "off", q, hidden ? ", hidden states out" : "",
+              c.nodes.summary().c_str());
   return c;
 }
 
@@ -863,6 +901,307 @@ TEST(CudaGraphStep, EngineFallsBackToHostSamplingWhenTheListsDoNotFit) {
     std::printf("GRAPHSAMPLE fallback (%s): %lld host-sampled graph steps (%s), %lld in-graph\n",
                 s == &s_sync ? "sync" : "async", static_cast<long long>(n), why.c_str(),
                 static_cast<long long>(s->cuda_graph_sampled_steps));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Speculative verify steps.
+
+// Verify steps (1 + K tokens a sequence, K = 1..3, every token sampled) replayed against the eager
+// step over the bucket edges: the padded warm-up bit for bit (logits, hidden states and cache),
+// real rows close to the unpadded eager step, padding writes no cache entry, no memset and no host
+// node in any key's graph.
+void verify_replay_matches_eager(const DeepseekModel& m, const char* what) {
+  const ModelConfig& c = m.config();
+  const int64_t V = c.vocab_size, D = c.hidden_size;
+  std::mt19937 g(17);
+  for (int K = 1; K <= kMaxSpeculativeTokens; ++K) {
+    for (int B : {1, 3, 5, 9}) {
+      SCOPED_TRACE(strf("%s K=%d B=%d", what, K, B));
+      const int q = 1 + K;
+      PagedKVCache cache = m.make_cache(int64_t(B) * kBlocksPerSeq);
+      const Batch seqs = prefill(m, cache, B, g);
+      OwnedBatch ob(verify_steps(seqs.decode, K, int(V), g), kBlockSize);
+      const ForwardBatch vb = as_verify(ob);
+      ASSERT_EQ(cuda_graph_ineligible(vb), "");
+      const int64_t n = int64_t(B) * q;  // real tokens
+      Buffer eager(DType::F32, {n, V});
+      Storage eager_h(Device::CUDA, DType::F32, {n, D});
+      ForwardOptions fo;
+      fo.hidden_out = eager_h.view();
+      m.forward(vb, cache, eager, fo);  // writes the step's cache entries
+      const Buffer eager_hidden = cuda::to_host(eager_h.view());
+      const CacheSnapshot s0 = snapshot(cache, c.has_indexer);
+
+      CudaGraphRunner runner(m, {1, 2, 4, 8, 16});
+      const int Bp = cuda_graph_bucket(runner.capture_sizes(), B);
+      const int64_t rows = int64_t(Bp) * q;  // padded tokens
+      EXPECT_EQ(runner.graph_rows(vb), rows);
+      Storage dl(Device::CUDA, DType::F32, {16 * q, V});
+      Storage dh(Device::CUDA, DType::F32, {16 * q, D});
+      ASSERT_TRUE(runner.forward(vb, cache, dl.view(), nullptr, dh.view()));  // warm-up + capture
+      ASSERT_EQ(runner.capture_failures(), 0);
+      EXPECT_EQ(runner.captures(), 1);
+      const Buffer warm = cuda::to_host(dl.view().rows(0, rows));
+      const Buffer warm_h = cuda::to_host(dh.view().rows(0, rows));
+      const CacheSnapshot s1 = snapshot(cache, c.has_indexer);
+      cuda::fill_bytes(dl.view(), 0xff);
+      cuda::fill_bytes(dh.view(), 0xff);
+      ASSERT_TRUE(runner.forward(vb, cache, dl.view(), nullptr, dh.view()));  // replay
+      EXPECT_EQ(runner.replays(), 1);
+      const cuda::CudaGraph* graph = runner.graph(Bp, false, q);
+      ASSERT_NE(graph, nullptr);
+      EXPECT_EQ(runner.graph(Bp), nullptr);  // the decode key of the bucket is another graph
+      const cuda::GraphNodeCounts nodes = graph->nodes();
+      std::string around;
+      for (const std::string& x : nodes.memset_neighbours) around += "\n  memset " + x;
+      EXPECT_EQ(nodes.memsets, 0) << around;
+      EXPECT_EQ(nodes.hosts, 0);
+      // The device metadata: runs of q tokens, every token sampled.
+      const ForwardBatch* dev = runner.device_batch(Bp, q);
+      ASSERT_NE(dev, nullptr);
+      const Buffer qsl = cuda::to_host(dev->attn.query_start_loc);
+      const Buffer li = cuda::to_host(dev->logits_indices);
+      for (int r = 0; r <= Bp; ++r) EXPECT_EQ(qsl.ptr<int32_t>()[r], r * q);
+      for (int64_t t = 0; t < rows; ++t) EXPECT_EQ(li.ptr<int32_t>()[t], int32_t(t));
+      const Buffer replay = cuda::to_host(dl.view().rows(0, rows));
+      const Buffer replay_h = cuda::to_host(dh.view().rows(0, rows));
+      const CacheSnapshot s2 = snapshot(cache, c.has_indexer);
+
+      // The replay is the padded warm-up, bit for bit: logits, hidden states and cache.
+      EXPECT_TRUE(same_bytes(replay, warm)) << "replay logits differ from the eager warm-up";
+      EXPECT_TRUE(same_bytes(replay_h, warm_h)) << "replay hidden states differ from the warm-up";
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        EXPECT_TRUE(same_bytes(s2.latent[size_t(l)], s1.latent[size_t(l)])) << "layer " << l;
+        if (c.has_indexer) {
+          EXPECT_TRUE(same_bytes(s2.index_keys[size_t(l)], s1.index_keys[size_t(l)]))
+              << "layer " << l;
+        }
+      }
+      // Padding wrote nothing: only the real tokens' slots (blocks) may differ from the unpadded
+      // eager step's cache.
+      std::vector<int64_t> real_slots, real_blocks;
+      for (const SeqStep& x : seqs.decode) {
+        for (int i = 0; i < q; ++i) {
+          const int p = x.start_pos + i;
+          const int64_t blk = x.blocks[size_t(p / kBlockSize)];
+          real_slots.push_back(blk * kBlockSize + p % kBlockSize);
+          real_blocks.push_back(blk);
+        }
+      }
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        for (int64_t slot : changed_slots(s1.latent[size_t(l)], s0.latent[size_t(l)])) {
+          EXPECT_NE(std::find(real_slots.begin(), real_slots.end(), slot), real_slots.end())
+              << "layer " << l << ": the padded verify step wrote latent slot " << slot;
+        }
+        if (!c.has_indexer) continue;
+        for (int64_t blk : changed_blocks(s1.index_keys[size_t(l)], s0.index_keys[size_t(l)])) {
+          EXPECT_NE(std::find(real_blocks.begin(), real_blocks.end(), blk), real_blocks.end())
+              << "layer " << l << ": the padded verify step wrote indexer block " << blk;
+        }
+      }
+      // Real rows: the unpadded eager step's logits and hidden states up to rounding; the same
+      // greedy token where it is clear.
+      const double err = rel_l2(replay.f32(), eager.f32(), n * V);
+      const double err_h = rel_l2(replay_h.f32(), eager_hidden.f32(), n * D);
+      std::printf(
+          "VGRAPH %s K=%d B=%d bucket %d: replay vs unpadded eager rel L2 %.2e (logits), %.2e "
+          "(hidden)\n",
+          what, K, B, Bp, err, err_h);
+      EXPECT_LT(err, 2e-2);
+      EXPECT_LT(err_h, 2e-2);
+      for (int64_t r = 0; r < n; ++r) {
+        const float* e = eager.f32() + r * V;
+        const float* x = replay.f32() + r * V;
+        int a = 0, b = 0;
+        for (int64_t v = 1; v < V; ++v) {
+          if (e[v] > e[a]) a = int(v);
+          if (x[v] > x[b]) b = int(v);
+        }
+        float second = -INFINITY;
+        for (int64_t v = 0; v < V; ++v)
+          if (v != a) second = std::max(second, e[v]);
+        if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
+          EXPECT_EQ(a, b) << "token row " << r << ": greedy token changed";
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGraphStep, BundledModelVerifyReplayMatchesEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(bundled_model());
+  verify_replay_matches_eager(*m, "osprey-arith");
+}
+
+TEST(CudaGraphStep, Dsv32LikeVerifyReplayMatchesEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(3, 1, true);
+  verify_replay_matches_eager(*m, "dsv32-small");
+}
+
+// The verify graph's budget: at kBudgetBatch sequences of 3 tokens (12 tokens: the FP8 linears
+// stay on the swap-AB kernel, ≤ 32 tokens) the step launches the decode step's kernels, layer by
+// layer (the same ops over more rows: the absorbed attention takes s_q = 3 through its token
+// grid); the hidden states out (the MTP drafter's input) add one kernel, the final norm over
+// every token; no memset, no host node, no other node.
+TEST(CudaGraphStep, VerifyGraphHoldsTheDecodeBudgetPerLayer) {
+  OSPREY_REQUIRE_GPU();
+  constexpr int kQ = 3;
+  constexpr int kHiddenOutKernels = 1;               // rms_norm(hidden_out, residual, final_norm)
+  const Captured a = capture_step(2, 1, true, kQ);   // 1 dense + 1 MoE
+  const Captured b = capture_step(3, 1, true, kQ);   // 1 dense + 2 MoE
+  const Captured c = capture_step(3, 2, true, kQ);   // 2 dense + 1 MoE
+  const Captured d = capture_step(2, 1, false, kQ);  // a without the indexer
+  const Captured h = capture_step(2, 1, true, kQ, /*hidden=*/true);
+  const Captured a1 = capture_step(2, 1, true, 1);  // a as a decode
+  ASSERT_FALSE(HasFatalFailure());
+  for (const Captured* x : {&a, &b, &c, &d, &h}) {
+    EXPECT_EQ(x->nodes.memsets, 0) << x->nodes.summary();
+    EXPECT_EQ(x->nodes.hosts, 0) << x->nodes.summary();
+    EXPECT_EQ(x->nodes.others, 0) << x->nodes.summary();
+  }
+  const int moe = b.nodes.kernels - a.nodes.kernels;
+  const int dense = c.nodes.kernels - a.nodes.kernels;
+  const int dsa2 = a.nodes.kernels - d.nodes.kernels;
+  std::printf(
+      "VGRAPH budget measured (%d tokens a sequence): dense layer %d kernels (budget %d), MoE "
+      "layer %d (budget %d), DSA share %d per layer (budget %d); a 2-layer verify %d kernels "
+      "(decode %d), with hidden states out %d\n",
+      kQ, dense, kDenseLayerKernels + kDsaLayerKernels, moe, kMoeLayerKernels + kDsaLayerKernels,
+      dsa2 / 2, kDsaLayerKernels, a.nodes.kernels, a1.nodes.kernels, h.nodes.kernels);
+  EXPECT_EQ(dense, kDenseLayerKernels + kDsaLayerKernels);
+  EXPECT_EQ(moe, kMoeLayerKernels + kDsaLayerKernels);
+  EXPECT_EQ(dsa2 % 2, 0);
+  EXPECT_EQ(dsa2 / 2, kDsaLayerKernels);
+  EXPECT_EQ(a.nodes.kernels, a1.nodes.kernels) << a.nodes.summary() << "\n" << a1.nodes.summary();
+  EXPECT_EQ(h.nodes.kernels, a.nodes.kernels + kHiddenOutKernels) << h.nodes.summary();
+  EXPECT_EQ(h.nodes.memcpys, a.nodes.memcpys);
+  if (h.nodes.names_known()) {
+    EXPECT_EQ(h.nodes.kernels_named("rms_norm"), a.nodes.kernels_named("rms_norm") + 1)
+        << h.nodes.summary();
+  }
+}
+
+// The bundled model with an MTP layer, written once per process to a temporary folder: its
+// checkpoint as it is, plus layer num_hidden_layers (the MTP decoder layer) a copy of the last
+// layer, eh_proj = [I | 0] (the next token's embedding half), enorm = hnorm = 1, shared_head =
+// the final norm and lm_head. A trained main model (clear greedy margins) and an MTP layer that
+// guesses from the next token: some drafts accepted, many rejected.
+std::string arith_mtp_dir() {
+  namespace fs = std::filesystem;
+  static const std::string dir = [] {
+    const std::string d =
+        (fs::temp_directory_path() / ("osprey_test_arith_mtp_" + std::to_string(::getpid())))
+            .string();
+    ModelConfig c = ModelConfig::from_file(bundled_model());
+    c.num_nextn_predict_layers = 1;
+    write_model_config(c, d, ModelWriteOptions{});
+    const Checkpoint ck(bundled_model());
+    std::vector<std::pair<std::string, Tensor>> ts;
+    const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) + ".";
+    const std::string mtp = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    for (const std::string& name : ck.names()) {
+      ts.emplace_back(name, ck.get(name));
+      if (name.rfind(last, 0) == 0) ts.emplace_back(mtp + name.substr(last.size()), ck.get(name));
+    }
+    const int64_t D = c.hidden_size;
+    const Tensor norm = ck.get("model.norm.weight");
+    OSPREY_CHECK(norm.dtype == DType::BF16, "the bundled model's norms are BF16");
+    Buffer ones(DType::BF16, {D}), eh(DType::BF16, {D, 2 * D});  // [D], [D, 2·D]
+    for (int64_t i = 0; i < D; ++i) ones.ptr<uint16_t>()[i] = f32_to_bf16(1.0f);
+    for (int64_t r = 0; r < D; ++r)
+      for (int64_t k = 0; k < 2 * D; ++k)
+        eh.ptr<uint16_t>()[r * 2 * D + k] = f32_to_bf16(k == r ? 1.0f : 0.0f);
+    ts.emplace_back(mtp + "enorm.weight", ones.view());
+    ts.emplace_back(mtp + "hnorm.weight", ones.view());
+    ts.emplace_back(mtp + "eh_proj.weight", eh.view());
+    ts.emplace_back(mtp + "shared_head.norm.weight", norm);
+    ts.emplace_back(mtp + "shared_head.head.weight", ck.get("lm_head.weight"));
+    save_safetensors((fs::path(d) / "model.safetensors").string(), ts);
+    return d;
+  }();
+  // Removed when the test process ends.
+  static const struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  return dir;
+}
+
+// The engine with --speculative-config (K drafts) and with or without graphs, greedy, over the
+// engine tests' prompts: each request's tokens and the engine's stats.
+std::vector<std::vector<int32_t>> run_spec_engine(const DeepseekModel& m,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<SamplingParams>& params, int K,
+                                                  bool graphs, EngineStats* st) {
+  EngineConfig ec;
+  ec.max_num_seqs = 16;
+  ec.max_model_len = 256;
+  ec.num_blocks = 16 * 4;
+  ec.cuda_graph = graphs;
+  ec.cuda_graph_sampling = false;
+  if (K > 0)
+    ec.speculative = SpeculativeConfig::parse(R"({"method": "mtp", "num_speculative_tokens": )" +
+                                              std::to_string(K) + "}");
+  Engine e(m, ec);
+  std::vector<Engine::Result> r = e.generate(prompts, params);
+  *st = e.stats();
+  std::vector<std::vector<int32_t>> t;
+  for (auto& x : r) t.push_back(x.tokens);
+  return t;
+}
+
+// The engine with --speculative-config and --cuda-graph: the eager speculative engine's greedy
+// tokens, token for token, for K = 1, 2, 3, the batch shrinking across bucket edges as requests
+// finish; verify steps (uniform ones: every sequence with K drafts) replayed from their graphs.
+TEST(CudaGraphStep, EngineSpeculativeGreedyTokensMatchEager) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = load_model_cuda(arith_mtp_dir());
+  ASSERT_TRUE(m->has_mtp());
+  std::mt19937 g(9);
+  const std::vector<std::vector<int32_t>> prompts = engine_prompts(*m, 13, g);
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 13; ++i) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 3 + 3 * i;
+    sp.ignore_eos = true;
+    params.push_back(sp);
+  }
+  EngineStats s_plain;
+  const auto plain = run_spec_engine(*m, prompts, params, 0, false, &s_plain);
+  for (int K = 1; K <= kMaxSpeculativeTokens; ++K) {
+    SCOPED_TRACE(strf("K=%d", K));
+    EngineStats s_eager, s_graph;
+    const auto eager = run_spec_engine(*m, prompts, params, K, false, &s_eager);
+    const auto graph = run_spec_engine(*m, prompts, params, K, true, &s_graph);
+    EXPECT_EQ(graph, eager);
+    EXPECT_EQ(s_eager.cuda_graph_replays, 0);
+    EXPECT_EQ(s_graph.cuda_graph_capture_failures, 0);
+    EXPECT_GT(s_graph.spec_verifies, 0);
+    EXPECT_GT(s_graph.cuda_graph_replays, 5);
+    int differ_plain = 0;
+    for (size_t i = 0; i < plain.size(); ++i) differ_plain += graph[i] != plain[i];
+    std::printf(
+        "VGRAPH engine K=%d: %lld replays / %lld captures of %lld steps; %lld verifies, %lld of "
+        "%lld drafts accepted; %d of %zu requests differ from the engine without MTP\n",
+        K, static_cast<long long>(s_graph.cuda_graph_replays),
+        static_cast<long long>(s_graph.cuda_graph_captures), static_cast<long long>(s_graph.steps),
+        static_cast<long long>(s_graph.spec_verifies),
+        static_cast<long long>(s_graph.spec_accepted_tokens),
+        static_cast<long long>(s_graph.spec_draft_tokens), differ_plain, plain.size());
+    // Why the other steps ran eagerly: prefill and mixed steps, verify steps of uneven drafts;
+    // never a buffer too small for the bucket.
+    for (const auto& [why, n] : s_graph.cuda_graph_eager_steps) {
+      std::printf("VGRAPH engine K=%d: %lld eager steps: %s\n", K, static_cast<long long>(n),
+                  why.c_str());
+      EXPECT_EQ(why.rfind("not a pure decode", 0), 0u) << why;
+    }
   }
 }
 }  // namespace
