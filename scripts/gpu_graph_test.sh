@@ -13,7 +13,11 @@
 #                    seeded random, penalties, min_tokens, logprobs; B = 1, 3, 5, 8, 13), the
 #                    sampling graph = the logits graph + 1 sample kernel, ids-only read-back, the
 #                    sampling rows' shrink tail, the engine's in-graph = host sampling (sync and
-#                    async) and its counted fallback (GRAPHSAMPLE lines).
+#                    async) and its counted fallback (GRAPHSAMPLE lines); speculative verify steps
+#                    as graphs keyed (bucket, 1 + K): replay = padded warm-up bit for bit (logits,
+#                    hidden states, cache), no memset / host node, the decode budget per layer,
+#                    the engine's greedy tokens with --speculative-config K = 1, 2, 3 and graphs
+#                    = eager (VGRAPH lines).
 #   graph_ops        test_cuda_graph: the single-op budgets, and V3.2's cuBLASLt GEMMs at their real
 #                    widths (lm_head, router gate, weights_proj; FP8 past 32 tokens) at 1, 16, 64
 #                    tokens: no memset node (lt_matmul's choice of a memset-free candidate).
@@ -28,6 +32,8 @@
 #                    context 5000, eager and --cuda-graph rows (+ the graph's node counts; any
 #                    memset node is printed with its size and the kernels around it; cuBLASLt's
 #                    algorithm choices are counted).
+#   bench_verify     the same with --spec-tokens 2: verify rows (s_q = 3) eager and as graph
+#                    replays (vgraph rows, + the verify graph's node counts).
 #   bench_loop       osprey bench step --engine-loop at B = 1, 64 (sync and async engine loops:
 #                    host time, idle gap, identical tokens, worker wake-ups; B=64 decodes once its
 #                    64 prompts of 5000 tokens are in: ~160 chunked-prefill steps first).
@@ -66,7 +72,7 @@ find_test() {
 nvidia-smi -L > "$out/gpus.txt" 2>&1 || true
 
 step graph_step env OSPREY_BUNDLED_MODEL="$model" "$(find_test test_cuda_graph_step)"
-grep -h '^GRAPH\|^\[  FAILED\|Failure\|Expected\|Which is\|  Actual' "$out/graph_step.log" |
+grep -h '^GRAPH\|^VGRAPH\|^\[  FAILED\|Failure\|Expected\|Which is\|  Actual' "$out/graph_step.log" |
   grep -v '^    kernel' | head -80 | tee -a "$summary"
 if grep -q '^\[  SKIPPED' "$out/graph_step.log"; then
   echo "FAIL graph_step: skipped (no CUDA device seen)" | tee -a "$summary"
@@ -85,6 +91,10 @@ step goldens_gpu_router_f32 env OSPREY_ROUTER_BF16=0 \
 step bench_step "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
   --context 5000 --warmup 10 --iters 50 --cuda-graph
 grep -h '^graph B=\|^  memset node\|^  cuBLASLt\|^decode B=\|^graph  B=\|^step ' "$out/bench_step.log" |
+  tee -a "$summary"
+step bench_verify "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
+  --context 5000 --warmup 10 --iters 50 --spec-tokens 2 --cuda-graph
+grep -h '^verify graph\|^verify B=\|^vgraph B=\|^decode B=\|^step ' "$out/bench_verify.log" |
   tee -a "$summary"
 step bench_loop "$osprey" bench step --preset dsv32 --load-format dummy --batch 1,64 \
   --context 5000 --warmup 5 --iters 40 --engine-loop

@@ -14,6 +14,11 @@
 // The entries extend writes beyond the last kept position are rewritten by the next catch_up
 // before any later step reads them (positions are always written before they are attended).
 //
+// Both run eagerly, also with CUDA graphs on (the main step's verify and decode forwards are
+// replayed: engine/cuda_graph_runner.h): catch_up's batch is ragged (a prompt chunk, or 1 + the
+// accepted drafts of each sequence), and forward_mtp reads host positions (the embedding zeroed
+// at position 0) and allocates its outputs per call; extend's steps (one token a sequence, K ≥ 2
+// only) would fit a graph once forward_mtp takes a device batch and persistent buffers.
 // Buffers (on the model's device):
 //   main_hidden_  [max_num_batched_tokens, D] F32: the main step's final-normed hidden states
 //   state_        [max_num_seqs, D] F32: per running sequence (a slot), the MTP hidden state at
