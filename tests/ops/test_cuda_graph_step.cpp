@@ -18,9 +18,9 @@
 //   - speculative verify steps (B sequences of 1 + K tokens, every token sampled; key (bucket,
 //     1 + K)): replay logits and hidden states == the padded eager warm-up's, bit for bit; real
 //     rows close to the unpadded eager step's; padding writes no cache entry; no memset, no host
-//     node, and the decode step's kernel budget per layer (one kernel more with the hidden states
-//     out); the engine with --speculative-config (K = 1, 2, 3) and graphs gives the eager
-//     engine's greedy tokens, its verify steps replayed.
+//     node, and the decode step's kernel budget per layer at the same token count (one kernel more
+//     with the hidden states out); the engine with --speculative-config (K = 1, 2, 3) and graphs
+//     gives the eager engine's greedy tokens, its verify steps replayed.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -328,33 +328,34 @@ ForwardBatch as_verify(const OwnedBatch& ob) {
   return b;
 }
 
-// The captured step of kBudgetBatch sequences, q tokens each (q = 1: a decode, else a verify of
-// q − 1 drafts), with the hidden states out when asked.
-Captured capture_step(int layers, int dense, bool indexer, int q = 1, bool hidden = false) {
+// The captured step of n_seqs sequences (the budget's kBudgetBatch by default), q tokens each
+// (q = 1: a decode, else a verify of q − 1 drafts), with the hidden states out when asked.
+Captured capture_step(int layers, int dense, bool indexer, int q = 1, bool hidden = false,
+                      int n_seqs = kBudgetBatch) {
   const auto m = small_model(layers, dense, indexer);
   std::mt19937 g(5);
-  PagedKVCache cache = m->make_cache(kBudgetBatch * kBlocksPerSeq);
-  const Batch seqs = prefill(*m, cache, kBudgetBatch, g);
+  PagedKVCache cache = m->make_cache(int64_t(n_seqs) * kBlocksPerSeq);
+  const Batch seqs = prefill(*m, cache, n_seqs, g);
   const int64_t V = m->config().vocab_size, D = m->config().hidden_size;
   OwnedBatch ob(q == 1 ? seqs.decode : verify_steps(seqs.decode, q - 1, int(V), g), kBlockSize);
   const ForwardBatch b = q == 1 ? ob.batch() : as_verify(ob);
-  CudaGraphRunner runner(*m, {kBudgetBatch});
-  Storage dl(Device::CUDA, DType::F32, {kBudgetBatch * q, V});
-  Storage dh(Device::CUDA, DType::F32, {kBudgetBatch * q, D});
+  CudaGraphRunner runner(*m, {n_seqs});
+  Storage dl(Device::CUDA, DType::F32, {int64_t(n_seqs) * q, V});
+  Storage dh(Device::CUDA, DType::F32, {int64_t(n_seqs) * q, D});
   const Tensor h = hidden ? dh.view() : Tensor{};
   EXPECT_TRUE(runner.forward(b, cache, dl.view(), nullptr, h));
   EXPECT_TRUE(runner.forward(b, cache, dl.view(), nullptr, h));
   EXPECT_EQ(runner.capture_failures(), 0);
   EXPECT_EQ(runner.replays(), 1);
-  const cuda::CudaGraph* graph = runner.graph(kBudgetBatch, false, q);
+  const cuda::CudaGraph* graph = runner.graph(n_seqs, false, q);
   EXPECT_NE(graph, nullptr);
   Captured c;
   c.layers = layers;
   if (graph) c.nodes = graph_nodes(static_cast<cudaGraph_t>(graph->raw_graph()));
   const cuda::GraphNodeCounts n = graph ? graph->nodes() : cuda::GraphNodeCounts{};
   EXPECT_EQ(n.kernels, c.nodes.kernels);
-  std::printf("GRAPH step %d layers (%d dense, indexer %s), %d tokens a sequence%s: %s\n", layers,
-              dense, indexer ? "on" : "off", q, hidden ? ", hidden states out" : "",
+  std::printf("GRAPH step %d layers (%d dense, indexer %s), %d sequences of %d tokens%s: %s\n",
+              layers, dense, indexer ? "on" : "off", n_seqs, q, hidden ? ", hidden states out" : "",
               c.nodes.summary().c_str());
   return c;
 }
@@ -1041,23 +1042,27 @@ TEST(CudaGraphStep, Dsv32LikeVerifyReplayMatchesEager) {
   verify_replay_matches_eager(*m, "dsv32-small");
 }
 
-// The verify graph's budget: at kBudgetBatch sequences of 3 tokens (12 tokens: the FP8 linears
-// stay on the swap-AB kernel, ≤ 32 tokens) the step launches the decode step's kernels, layer by
-// layer (the same ops over more rows: the absorbed attention takes s_q = 3 through its token
-// grid); the hidden states out (the MTP drafter's input) add one kernel, the final norm over
-// every token; no memset, no host node, no other node.
+// The verify graph's budget, measured at the decode budget's token count: kBudgetBatch / 2
+// sequences of 2 tokens (4 tokens, so every GEMM has the decode budget's shape and any kernel
+// more or less is the verify step's own) launch the decode step's kernels, layer by layer (the
+// absorbed attention takes s_q = 2 through its token grid, the plan over tokens); the hidden
+// states out (the MTP drafter's input) add one kernel, the final norm over every token; no memset,
+// no host node, no other node. K = 3 at kBudgetBatch sequences (16 tokens) holds no memset, host
+// or other node either; its kernel count is printed beside the decode's (cuBLASLt may choose
+// another algorithm for 16 rows than for 4: not asserted).
 TEST(CudaGraphStep, VerifyGraphHoldsTheDecodeBudgetPerLayer) {
   OSPREY_REQUIRE_GPU();
-  constexpr int kQ = 3;
-  constexpr int kHiddenOutKernels = 1;               // rms_norm(hidden_out, residual, final_norm)
-  const Captured a = capture_step(2, 1, true, kQ);   // 1 dense + 1 MoE
-  const Captured b = capture_step(3, 1, true, kQ);   // 1 dense + 2 MoE
-  const Captured c = capture_step(3, 2, true, kQ);   // 2 dense + 1 MoE
-  const Captured d = capture_step(2, 1, false, kQ);  // a without the indexer
-  const Captured h = capture_step(2, 1, true, kQ, /*hidden=*/true);
-  const Captured a1 = capture_step(2, 1, true, 1);  // a as a decode
+  constexpr int kQ = 2, kSeqs = kBudgetBatch / kQ;
+  constexpr int kHiddenOutKernels = 1;  // rms_norm(hidden_out, residual, final_norm)
+  const Captured a = capture_step(2, 1, true, kQ, false, kSeqs);   // 1 dense + 1 MoE
+  const Captured b = capture_step(3, 1, true, kQ, false, kSeqs);   // 1 dense + 2 MoE
+  const Captured c = capture_step(3, 2, true, kQ, false, kSeqs);   // 2 dense + 1 MoE
+  const Captured d = capture_step(2, 1, false, kQ, false, kSeqs);  // a without the indexer
+  const Captured h = capture_step(2, 1, true, kQ, /*hidden=*/true, kSeqs);
+  const Captured a1 = capture_step(2, 1, true);  // a as a decode of kBudgetBatch tokens
+  const Captured k3 = capture_step(2, 1, true, 1 + kMaxSpeculativeTokens, true);  // 16 tokens
   ASSERT_FALSE(HasFatalFailure());
-  for (const Captured* x : {&a, &b, &c, &d, &h}) {
+  for (const Captured* x : {&a, &b, &c, &d, &h, &k3}) {
     EXPECT_EQ(x->nodes.memsets, 0) << x->nodes.summary();
     EXPECT_EQ(x->nodes.hosts, 0) << x->nodes.summary();
     EXPECT_EQ(x->nodes.others, 0) << x->nodes.summary();
@@ -1066,11 +1071,12 @@ TEST(CudaGraphStep, VerifyGraphHoldsTheDecodeBudgetPerLayer) {
   const int dense = c.nodes.kernels - a.nodes.kernels;
   const int dsa2 = a.nodes.kernels - d.nodes.kernels;
   std::printf(
-      "VGRAPH budget measured (%d tokens a sequence): dense layer %d kernels (budget %d), MoE "
+      "VGRAPH budget measured (%d sequences of %d tokens): dense layer %d kernels (budget %d), MoE "
       "layer %d (budget %d), DSA share %d per layer (budget %d); a 2-layer verify %d kernels "
-      "(decode %d), with hidden states out %d\n",
-      kQ, dense, kDenseLayerKernels + kDsaLayerKernels, moe, kMoeLayerKernels + kDsaLayerKernels,
-      dsa2 / 2, kDsaLayerKernels, a.nodes.kernels, a1.nodes.kernels, h.nodes.kernels);
+      "(decode %d), with hidden states out %d; K=%d at %d sequences with hidden states out %d\n",
+      kSeqs, kQ, dense, kDenseLayerKernels + kDsaLayerKernels, moe,
+      kMoeLayerKernels + kDsaLayerKernels, dsa2 / 2, kDsaLayerKernels, a.nodes.kernels,
+      a1.nodes.kernels, h.nodes.kernels, kMaxSpeculativeTokens, kBudgetBatch, k3.nodes.kernels);
   EXPECT_EQ(dense, kDenseLayerKernels + kDsaLayerKernels);
   EXPECT_EQ(moe, kMoeLayerKernels + kDsaLayerKernels);
   EXPECT_EQ(dsa2 % 2, 0);
