@@ -1163,50 +1163,64 @@ std::vector<std::vector<int32_t>> run_spec_engine(const DeepseekModel& m,
 }
 
 // The engine with --speculative-config and --cuda-graph: the eager speculative engine's greedy
-// tokens, token for token, for K = 1, 2, 3, the batch shrinking across bucket edges as requests
-// finish; verify steps (uniform ones: every sequence with K drafts) replayed from their graphs.
+// tokens, token for token, for K = 1, 2, 3, over two workloads:
+//   staggered  max_tokens 3 + 3i: the batch shrinks across bucket edges as requests finish; a
+//              sequence within K tokens of its max_tokens verifies fewer drafts (the scheduler's
+//              room_out), which makes the step uneven (eager): few steps replay;
+//   even       max_tokens 32 for all 13: nearly every step is a uniform verify of bucket 16 (3
+//              padding sequences), the last ones with fewer drafts for all (keys (16, 1 + k)).
+// Verify steps (uniform ones) replay from their graphs; no capture fails.
 TEST(CudaGraphStep, EngineSpeculativeGreedyTokensMatchEager) {
   OSPREY_REQUIRE_GPU();
   const auto m = load_model_cuda(arith_mtp_dir());
   ASSERT_TRUE(m->has_mtp());
   std::mt19937 g(9);
   const std::vector<std::vector<int32_t>> prompts = engine_prompts(*m, 13, g);
-  std::vector<SamplingParams> params;
-  for (int i = 0; i < 13; ++i) {
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = 3 + 3 * i;
-    sp.ignore_eos = true;
-    params.push_back(sp);
-  }
-  EngineStats s_plain;
-  const auto plain = run_spec_engine(*m, prompts, params, 0, false, &s_plain);
-  for (int K = 1; K <= kMaxSpeculativeTokens; ++K) {
-    SCOPED_TRACE(strf("K=%d", K));
-    EngineStats s_eager, s_graph;
-    const auto eager = run_spec_engine(*m, prompts, params, K, false, &s_eager);
-    const auto graph = run_spec_engine(*m, prompts, params, K, true, &s_graph);
-    EXPECT_EQ(graph, eager);
-    EXPECT_EQ(s_eager.cuda_graph_replays, 0);
-    EXPECT_EQ(s_graph.cuda_graph_capture_failures, 0);
-    EXPECT_GT(s_graph.spec_verifies, 0);
-    EXPECT_GT(s_graph.cuda_graph_replays, 5);
-    int differ_plain = 0;
-    for (size_t i = 0; i < plain.size(); ++i) differ_plain += graph[i] != plain[i];
-    std::printf(
-        "VGRAPH engine K=%d: %lld replays / %lld captures of %lld steps; %lld verifies, %lld of "
-        "%lld drafts accepted; %d of %zu requests differ from the engine without MTP\n",
-        K, static_cast<long long>(s_graph.cuda_graph_replays),
-        static_cast<long long>(s_graph.cuda_graph_captures), static_cast<long long>(s_graph.steps),
-        static_cast<long long>(s_graph.spec_verifies),
-        static_cast<long long>(s_graph.spec_accepted_tokens),
-        static_cast<long long>(s_graph.spec_draft_tokens), differ_plain, plain.size());
-    // Why the other steps ran eagerly: prefill and mixed steps, verify steps of uneven drafts;
-    // never a buffer too small for the bucket.
-    for (const auto& [why, n] : s_graph.cuda_graph_eager_steps) {
-      std::printf("VGRAPH engine K=%d: %lld eager steps: %s\n", K, static_cast<long long>(n),
-                  why.c_str());
-      EXPECT_EQ(why.rfind("not a pure decode", 0), 0u) << why;
+  for (const bool even : {false, true}) {
+    std::vector<SamplingParams> params;
+    for (int i = 0; i < 13; ++i) {
+      SamplingParams sp;
+      sp.temperature = 0;
+      sp.max_tokens = even ? 32 : 3 + 3 * i;
+      sp.ignore_eos = true;
+      params.push_back(sp);
+    }
+    const char* what = even ? "even" : "staggered";
+    EngineStats s_plain;
+    const auto plain = run_spec_engine(*m, prompts, params, 0, false, &s_plain);
+    for (int K = 1; K <= kMaxSpeculativeTokens; ++K) {
+      SCOPED_TRACE(strf("%s K=%d", what, K));
+      EngineStats s_eager, s_graph;
+      const auto eager = run_spec_engine(*m, prompts, params, K, false, &s_eager);
+      const auto graph = run_spec_engine(*m, prompts, params, K, true, &s_graph);
+      EXPECT_EQ(graph, eager);
+      EXPECT_EQ(s_eager.cuda_graph_replays, 0);
+      EXPECT_EQ(s_graph.cuda_graph_capture_failures, 0);
+      EXPECT_GT(s_graph.spec_verifies, 0);
+      // Counted on the CPU engine over the same workload (its scheduling): even, 24 to 28 of 32
+      // steps are uniform verifies; staggered, 6 (K = 3) to 26 (K = 1) of 39.
+      if (even) {
+        EXPECT_GT(s_graph.cuda_graph_replays, 15);
+      } else {
+        EXPECT_GT(s_graph.cuda_graph_replays + s_graph.cuda_graph_captures, 0);
+      }
+      int differ_plain = 0;
+      for (size_t i = 0; i < plain.size(); ++i) differ_plain += graph[i] != plain[i];
+      std::printf(
+          "VGRAPH engine %s K=%d: %lld replays / %lld captures of %lld steps; %lld verifies, %lld "
+          "of %lld drafts accepted; %d of %zu requests differ from the engine without MTP\n",
+          what, K, static_cast<long long>(s_graph.cuda_graph_replays),
+          static_cast<long long>(s_graph.cuda_graph_captures),
+          static_cast<long long>(s_graph.steps), static_cast<long long>(s_graph.spec_verifies),
+          static_cast<long long>(s_graph.spec_accepted_tokens),
+          static_cast<long long>(s_graph.spec_draft_tokens), differ_plain, plain.size());
+      // Why the other steps ran eagerly: prefill and mixed steps, verify steps of uneven drafts;
+      // never a buffer too small for the bucket.
+      for (const auto& [why, n] : s_graph.cuda_graph_eager_steps) {
+        std::printf("VGRAPH engine %s K=%d: %lld eager steps: %s\n", what, K,
+                    static_cast<long long>(n), why.c_str());
+        EXPECT_EQ(why.rfind("not a pure decode", 0), 0u) << why;
+      }
     }
   }
 }
