@@ -3,7 +3,9 @@
 // its known token and K drafts, every token sampled) run as the replay of a graph captured for
 // the padded batch size, the bucket, and the tokens each sequence brings (GraphKey: (Bp, 1) for a
 // decode, (Bp, 1 + K) for a verify); prefill and mixed steps run eagerly, and so do the MTP
-// drafter's own forwards (engine/mtp_drafter.h).
+// drafter's own forwards (engine/mtp_drafter.h) and verify steps whose sequences bring different
+// numbers of drafts (the scheduler gives fewer to a sequence within K tokens of its max_tokens or
+// of max_model_len: one such sequence makes its whole step eager).
 //
 // Buckets are vLLM's capture sizes up to max_num_seqs: 1, 2, 4, then every 8 (and max_num_seqs
 // itself). A step of B sequences takes the smallest bucket Bp ≥ B; rows [B, Bp) are padding
