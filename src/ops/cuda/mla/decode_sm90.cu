@@ -20,7 +20,8 @@
 //   block into one of kStages shared-memory tiles (BF16: cp.async; FP8: 16-byte loads dequantised
 //   to BF16; rows not attended are zero and flagged invalid), then arrives on the stage's `full`
 //   mbarrier. (The seesaw kernel's dense BF16 tiles can instead come by TMA, one thread issuing
-//   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, OSPREY_MLA_DENSE_TMA.)
+//   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, the default;
+//   OSPREY_MLA_DENSE_TMA=0 keeps the cp.async gathers.)
 //   Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64 heads and the
 //   key block:
 //     S_w = Q [64 × 576] · K[32 keys of half w]ᵀ     wgmma m64n32k16, 36 k-steps, both from smem
@@ -529,8 +530,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 // memory holds P_b. Named barriers hand off sM / sc0, sc1, P_a and P_b between the two warpgroups.
 // Producers (template kTma): the 128 producer threads' cp.async gathers (row by row through
 // block_table or top-k; every call), or for dense decode on a cache whose block_size is a
-// multiple of 64, one thread's TMA boxes (tma_producer; OSPREY_MLA_DENSE_TMA=1, default off until
-// measured): the second kernel parameter is then the cache's CUtensorMap ([n_blocks, block_size,
+// multiple of 64, one thread's TMA boxes (tma_producer; the default since it measured faster at
+// every dense shape on the H200, e.g. B=64 ctx 5000 213.5 vs 254.0 µs, 2026-12-03, bench/RESULTS.md;
+// OSPREY_MLA_DENSE_TMA=0 keeps cp.async): the second kernel parameter is then the cache's CUtensorMap ([n_blocks, block_size,
 // 576] BF16, box [1, 64, 64], SW128, built and cached on the host by dense_kv_map), passed by value
 // (__grid_constant__) so that a captured graph keeps it; the cp.async variant gets an empty one.
 // The TMA variant splits the register pool 24 / 240 instead of 56 / 224 (no consumer spills).
@@ -967,11 +969,12 @@ bool g_seesaw = [] {
   return !(e && std::string_view(e) == "lockstep");
 }();
 
-// OSPREY_MLA_DENSE_TMA=1 loads the seesaw kernel's dense tiles with TMA (one thread, 9 boxes a
-// tile) instead of the 128 producer threads' cp.async gathers; set_mla_dense_tma() for the tests.
+// The seesaw kernel's dense tiles come by TMA (one thread, 9 boxes a tile) unless
+// OSPREY_MLA_DENSE_TMA=0 asks for the 128 producer threads' cp.async gathers (A/B runs);
+// set_mla_dense_tma() for the tests.
 bool g_dense_tma = [] {
   const char* e = std::getenv("OSPREY_MLA_DENSE_TMA");
-  return e && e[0] == '1';
+  return !(e && e[0] == '0');
 }();
 
 // The TMA map of a BF16 latent cache [n_blocks, block_size, 576] (rows 1152 bytes apart) in boxes
