@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "ops/fp8_act.h"
 
 namespace osprey {
 
@@ -33,6 +34,10 @@ void linear(Tensor y, Tensor x, const LinearWeight& w);
 // of x (one kernel instead of one per weight: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
 // gate + up). Outputs must not alias x.
 void linears(Tensor x, std::initializer_list<LinearOut> outs);
+// The same with x's FP8 quantisation already made by x's producer (ops/fp8_act.h; empty: as
+// above): every FP8 linear whose CUDA path reads xq's layout reads xq instead of quantising x (the
+// same values); any other reads x. On the CPU, xq is not read.
+void linears(Tensor x, const Fp8Act& xq, std::initializer_list<LinearOut> outs);
 // out [out, in] = W dequantized (F32 on the CPU, BF16 on CUDA), on out's device.
 void dequantize(Tensor out, const LinearWeight& w);
 namespace cpu {
@@ -54,6 +59,7 @@ void quantize_act_rows(float* q, float* s, const float* x, int64_t n, int64_t in
 namespace cuda {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
 void linears(Tensor x, std::span<const LinearOut> outs);
+void linears(Tensor x, const Fp8Act& xq, std::span<const LinearOut> outs);
 // out [out, in] BF16 = W (F8_E4M3 + scales, or BF16/F32) as BF16.
 void dequantize(Tensor out_bf16, const LinearWeight& w);
 // FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces
