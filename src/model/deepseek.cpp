@@ -364,7 +364,8 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     Tensor qa = alloc(f32, {T, c.q_lora_rank});
     q_lat = alloc(f32, {T, c.q_lora_rank});
     if (has_indexer)
-      ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}});
+      ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}},
+                   in.bf16);  // (wk past 32 tokens: the dequantize fallback, on x's BF16 copy)
     else
       ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}});
     // q_lat quantised by its norm for q_b_proj (and wq_b) when FP8 (CUDA; the CPU: none).

@@ -51,14 +51,14 @@ void linears(Tensor x, std::initializer_list<LinearOut> outs) {
   const std::span<const LinearOut> s(outs.begin(), outs.size());
   OSPREY_DISPATCH(linears, s[0].y.device, x, s);
 }
-void linears(Tensor x, const Fp8Act& xq, std::initializer_list<LinearOut> outs) {
+void linears(Tensor x, const Fp8Act& xq, std::initializer_list<LinearOut> outs, Tensor x_bf16) {
   if (outs.size() == 0) return;
   const std::span<const LinearOut> s(outs.begin(), outs.size());
   if (s[0].y.device == Device::CPU) return cpu::linears(x, s);  // they quantise x themselves
 #ifdef OSPREY_WITH_CUDA
-  cuda::linears(x, xq, s);
+  cuda::linears(x, xq, x_bf16, s);
 #else
-  (void)xq;
+  (void)xq, (void)x_bf16;
   no_cuda("linears");
 #endif
 }

@@ -166,7 +166,9 @@ TEST(CudaOps, LinearsOfOneInputMatchALinearEachBitForBit) {
 // shapes for both FP8 paths: decode (4 tokens: the swap-AB kernel, Rows layout; x and q_lat
 // widths) and B=64 / 37 tokens (cuBLASLt block-scaled, Cols layout, 37 padded to 48); with the
 // layout ops::fp8_act_shape picks and with the other one (which that path does not read: x is
-// quantised as before, the same bits). The path each took is checked.
+// quantised as before, the same bits). The path each took is checked. x's BF16 copy from the norm
+// is given too: wk past 32 tokens (outside the block-scaled class: the dequantize fallback) reads
+// it instead of converting x, the same bits.
 TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
@@ -196,10 +198,11 @@ TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
                           layout == ops::Fp8Layout::Rows ? "Rows" : "Cols"));
         const int64_t rows = layout == ops::Fp8Layout::Rows ? n : (n + 15) / 16 * 16;
         DeviceBuffer xn = poisoned(DType::F32, {n, k.in}), q = poisoned(DType::U8, {rows, k.in});
+        DeviceBuffer xb = poisoned(DType::BF16, {n, k.in});
         DeviceBuffer sc = layout == ops::Fp8Layout::Rows ? poisoned(DType::F32, {n, k.in / 128})
                                                          : poisoned(DType::F32, {k.in / 128, rows});
         const ops::Fp8Act xq{q, sc, layout};
-        ops::rms_norm_multi({xn, {}, xq}, x, dwn, 1e-6f);
+        ops::rms_norm_multi({xn, xb, xq}, x, dwn, 1e-6f);
         std::vector<DeviceBuffer> a, b;
         for (const Fp8Weight& w : ws) {
           a.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
@@ -208,10 +211,10 @@ TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
         std::vector<LinearWeight> lw;
         for (const Fp8Weight& w : ws) lw.push_back(w.dev());
         if (ws.size() == 3) {
-          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}, {a[2], &lw[2]}});
+          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}, {a[2], &lw[2]}}, xb);
           ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}, {b[2], &lw[2]}});
         } else {
-          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}});
+          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}}, xb);
           ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}});
         }
         const char* path = ops::cuda::last_fp8_gemm_path();

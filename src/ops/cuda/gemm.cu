@@ -90,9 +90,15 @@ cudaDataType_t lt_type(DType d) {
   return CUDA_R_32F;
 }
 
-// x in dtype `want` (converted into scratch when it differs).
-const void* x_as(Tensor x, DType want) {
+// x in dtype `want` (converted into scratch when it differs); xb: x's BF16 copy from its producer
+// (or empty), taken for want = BF16 instead of converting.
+const void* x_as(Tensor x, DType want, Tensor xb = {}) {
   if (x.dtype == want) return x.data;
+  if (want == DType::BF16 && xb.data) {
+    OSPREY_CHECK(xb.dtype == DType::BF16 && xb.numel() == x.numel() && xb.device == Device::CUDA,
+                 "linear: x's BF16 copy ", shape_str(xb.shape), " for x ", shape_str(x.shape));
+    return xb.data;
+  }
   void* buf = scratch(kScratchGemmX, size_t(x.numel()) * dtype_size(want));
   convert(buf, want, x.data, x.dtype, x.numel());
   return buf;
@@ -241,8 +247,9 @@ void swapab_linear(Tensor y, const QuantizedX& x8, const LinearWeight& w, int64_
 
 namespace {
 // y = x · Wᵀ; xq: x's producer-made FP8 quantisation (nullptr or empty: none), read where this
-// linear's FP8 path reads its layout.
-void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& w) {
+// linear's FP8 path reads its layout; xb: x's producer-made BF16 copy (or empty), read where this
+// linear would convert x to BF16.
+void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, Tensor xb, const LinearWeight& w) {
   check_device(x, "linear", "x");
   check_device(w.weight, "linear", "weight");
   const int64_t in = w.in(), out = w.out();
@@ -258,7 +265,7 @@ void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& w) {
     case DType::BF16: {
       const DType t = w.weight.dtype;
       LtOperand a{w.weight.data, lt_type(t), true, in};
-      LtOperand b{x_as(x, t), lt_type(t), false, in};
+      LtOperand b{x_as(x, t, xb), lt_type(t), false, in};
       matmul_into(y, out, n, in, a, b);
       return;
     }
@@ -282,7 +289,7 @@ void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& w) {
           wb, w.weight.ptr<__nv_fp8_e4m3>(), w.scale_inv.f32(), out, in);
       OSPREY_CUDA_LAUNCH_CHECK();
       LtOperand a{wb, CUDA_R_16BF, true, in};
-      LtOperand b{x_as(x, DType::BF16), CUDA_R_16BF, false, in};
+      LtOperand b{x_as(x, DType::BF16, xb), CUDA_R_16BF, false, in};
       matmul_into(y, out, n, in, a, b);
       g_last_path = "dequant-bf16";
       return;
@@ -292,7 +299,7 @@ void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& w) {
   }
 }
 
-void linears_impl(Tensor x, const Fp8Act* xq, std::span<const LinearOut> outs) {
+void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearOut> outs) {
   // A producer-made quantisation (xq) serves every linear whose path reads its layout. Without
   // one: one quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
   // quantisation depends on x alone: the same x8 and scales as each linear's own); else a
@@ -308,7 +315,7 @@ void linears_impl(Tensor x, const Fp8Act* xq, std::span<const LinearOut> outs) {
              w.in() == in && fp8_swapab_serves(n, w.out(), in);
   }
   if (!shared) {
-    for (const LinearOut& o : outs) linear_impl(o.y, x, xq, *o.w);
+    for (const LinearOut& o : outs) linear_impl(o.y, x, xq, xb, *o.w);
     return;
   }
   for (const LinearOut& o : outs) {
@@ -325,15 +332,15 @@ void linears_impl(Tensor x, const Fp8Act* xq, std::span<const LinearOut> outs) {
 }  // namespace
 
 void linears(Tensor x, std::span<const LinearOut> outs) {
-  linears_impl(x, nullptr, outs);
+  linears_impl(x, nullptr, Tensor{}, outs);
 }
 
-void linears(Tensor x, const Fp8Act& xq, std::span<const LinearOut> outs) {
-  linears_impl(x, &xq, outs);
+void linears(Tensor x, const Fp8Act& xq, Tensor x_bf16, std::span<const LinearOut> outs) {
+  linears_impl(x, &xq, x_bf16, outs);
 }
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
-  linear_impl(y, x, nullptr, w);
+  linear_impl(y, x, nullptr, Tensor{}, w);
 }
 
 }  // namespace osprey::ops::cuda
