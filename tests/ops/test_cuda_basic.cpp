@@ -171,7 +171,7 @@ void norm_multi_case(int64_t n, int64_t D, Fp8Layout layout, bool add) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t g = 0; g < G; ++g) {
       const float gs = g_s.f32()[at(t, g)], cs = c_s.f32()[at(t, g)];
-      EXPECT_NEAR(gs, cs, 1e-6 * std::fabs(cs) + 1e-30) << "scale " << t << "," << g;
+      EXPECT_NEAR(gs, cs, 4e-6 * std::fabs(cs) + 1e-30) << "scale " << t << "," << g;
       for (int64_t c = 0; c < 128; ++c) {
         const int64_t i = t * D + g * 128 + c;
         const double a = e4m3_to_f32(g_q.ptr<uint8_t>()[i]) * gs;
@@ -329,7 +329,7 @@ TEST(CudaOps, SiluMulMultiQuantisesForTheDownProjection) {
         for (int64_t t = 0; t < n; ++t)
           for (int64_t gi = 0; gi < G; ++gi) {
             const float gs = g_s.f32()[at(t, gi)], cs = c_s.f32()[at(t, gi)];
-            EXPECT_NEAR(gs, cs, 1e-6 * std::fabs(cs)) << "scale " << t << "," << gi;
+            EXPECT_NEAR(gs, cs, 4e-6 * std::fabs(cs)) << "scale " << t << "," << gi;
             for (int64_t c = 0; c < 128; ++c) {
               const int64_t i = t * I + gi * 128 + c;
               const double a = e4m3_to_f32(g_q.ptr<uint8_t>()[i]) * gs;
