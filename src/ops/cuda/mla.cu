@@ -6,6 +6,9 @@
 //             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
 //   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
 //   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
+//   A BF16 kv_b with an F32 q: one kernel (split_q_kernel) writes both q's nope part as BF16 (the
+//   GEMM's operand: the rounding the conversion of q made, of the nope part only) and the rope part
+//   into q_abs; the conversion kernel and copy_rope_kernel are not launched.
 // mla_kv_write: mla_cache_write fused with the kv_a split, kv_a_norm and k_pe's rope (below).
 // mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16, or U8 =
 //   the FP8 format of ops/mla.h (per token kv_lora e4m3, kv_lora/128 fp32 tile scales, rope bf16).
@@ -67,6 +70,24 @@ __global__ void copy_rope_kernel(To* q_abs, const Ti* q, int64_t rows, int qk, i
     const int64_t r = i / rope;
     const int c = int(i % rope);
     q_abs[r * width + kv_lora + c] = from_f32<To>(to_f32(q[r * qk + nope + c]));
+  }
+}
+
+// q [rows, qk] F32 (rows = n_tokens · H) → q_nope [rows, nope] BF16 (round to nearest even) and
+// q_abs[r, kv_lora : kv_lora + rope] = q[r, nope:] (q_abs rows of `width`). Grid-stride over
+// rows × qk, 256 threads.
+template <typename To>
+__global__ void split_q_kernel(bf16* __restrict__ q_nope, To* __restrict__ q_abs,
+                               const float* __restrict__ q, int64_t rows, int qk, int nope,
+                               int width, int kv_lora) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * qk;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / qk;
+    const int c = int(i % qk);
+    if (c < nope)
+      q_nope[r * nope + c] = __float2bfloat16_rn(q[i]);
+    else
+      q_abs[r * width + kv_lora + (c - nope)] = from_f32<To>(q[i]);
   }
 }
 
@@ -233,7 +254,8 @@ __global__ void kv_write_kernel(Tc* __restrict__ cache, const Ti* __restrict__ k
   const int width = kv_lora + rope;
   kv_stage_row(row, kv + t * width, w, kv_lora, rope, eps, float(pos[t]), inv_freq, factor,
                interleaved);
-  store_slot(cache + slots[t] * width, [&](int c) { return row[c]; }, width);
+  store_slot(
+      cache + slots[t] * width, [&](int c) { return row[c]; }, width);
 }
 
 template <typename Ti, typename W>
@@ -528,6 +550,22 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
                "mla_absorb_q shapes/dtypes");
   if (n == 0) return;
   LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
+  if (kv_b.dtype == DType::BF16 && q.dtype == DType::F32) {
+    auto* q_nope = static_cast<bf16*>(
+        scratch(kScratchGemmX, size_t(n * H * nope) * sizeof(bf16)));  // [n, H, nope]
+    OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, {
+      split_q_kernel<To>
+          <<<int(std::min<int64_t>((n * H * qk + 255) / 256, 65536)), 256, 0, stream()>>>(
+              q_nope, static_cast<To*>(q_abs.data), q.f32(), n * H, int(qk), nope, int(width),
+              int(kv_lora));
+    });
+    OSPREY_CUDA_LAUNCH_CHECK();
+    LtOperand b{q_nope, CUDA_R_16BF, false, H * nope, nope};
+    OSPREY_CHECK(lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width,
+                           width, int(H)),
+                 "cuBLASLt refused the batched absorb GEMM");
+    return;
+  }
   LtOperand b{as_dtype(q, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * qk, qk};
   OSPREY_CHECK(
       lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width, int(H)),
