@@ -24,7 +24,8 @@
 //   OSPREY_MLA_DENSE_TMA=0 keeps the cp.async gathers.)
 //   (Prompt chunks on a BF16 cache can take the seesaw kernel's prefill variant instead,
 //   OSPREY_MLA_PREFILL=pipelined: fills in release order, 8-thread row gathers, batched Q staging,
-//   Q's rope in shared memory; described before mla_seesaw_sm90_kernel.)
+//   Q's rope in shared memory, the next token's Q prefetched; described before
+//   mla_seesaw_sm90_kernel.)
 //   Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64 heads and the
 //   key block:
 //     S_w = Q [64 × 576] · K[32 keys of half w]ᵀ     wgmma m64n32k16, 36 k-steps, both from smem
@@ -820,6 +821,8 @@ __device__ __forceinline__ void tma_producer(Smem& sm, const Params& a, const CU
 //     it, and the producer refills it only after WG1 has released a's R half, after P_a·V_aR),
 //     P_b in p0. The 16 registers of rq go, so the consumers fit 216 registers with no spill and
 //     the producer gets 72.
+//  5. The next token's Q and top-k row are prefetched into L2 (one bulk prefetch each, by the
+//     producer as it starts a token), so the token boundary's Q staging and first lookups hit L2.
 // Split partials, the padding tile of an odd run, the epilogue: as in the default kernel.
 // Registers: the variant's consumers hold no Q rope (16 fewer than the default's) and fit in 216
 // without spilling; its producer, 8 lookups and 4 rows a half, spills 12 bytes at 56 and none at
@@ -886,15 +889,37 @@ __device__ __forceinline__ void gather_chunks(uint8_t* tile, uint8_t* valid, con
   }
 }
 
+// The next token's Q rows of this CTA's heads (heads 64·g .. , contiguous: [nh, 576] of Tq) and
+// its top-k row into L2, by one thread as the producer starts token t: the consumers stage that
+// Q about a token later, and the producer's first lookups of t + 1 read that row. Skipped where
+// an address or size is not a multiple of 16 bytes (the bulk prefetch's requirement).
+template <typename Tq, bool kSparse>
+__device__ __forceinline__ void prefetch_next_token(const Params& a, int t, int g) {
+  const int tn = t + 1;
+  if (tn >= a.n_tokens) return;
+  const int nh = min(kHeadsPerCta, a.H - g * kHeadsPerCta);
+  const uint8_t* q = static_cast<const uint8_t*>(a.q) +
+                     (int64_t(tn) * a.H + g * kHeadsPerCta) * kWidth * int64_t(sizeof(Tq));
+  if ((reinterpret_cast<uintptr_t>(q) & 15u) == 0)  // rows are 1152 or 2304 bytes
+    hw::bulk_prefetch_l2(q, uint32_t(nh * kWidth * int(sizeof(Tq))));
+  if constexpr (kSparse) {
+    const int32_t* row = a.topk + int64_t(tn) * a.topk_k;
+    if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0 && (a.topk_k & 3) == 0)
+      hw::bulk_prefetch_l2(row, uint32_t(a.topk_k * 4));
+  }
+}
+
 // The variant's producer (128 threads): pair after pair (tile a = 2·i in stage 0, b = 2·i + 1 in
-// stage 1; an odd run's last b is the padding tile, no row attended), halves in release order.
-template <bool kSparse>
+// stage 1; an odd run's last b is the padding tile, no row attended), halves in release order;
+// at each token, thread 0 prefetches the next token's Q and top-k row (prefetch_next_token).
+template <typename Tq, bool kSparse>
 __device__ __forceinline__ void pipelined_producer(Smem& sm, const Params& a, int pt, int t_first,
-                                                   int32_t w0, int32_t w1) {
+                                                   int32_t w0, int32_t w1, int g) {
   const int grp = pt / kGatherLanes, u = pt % kGatherLanes, lane = pt % 32;
   uint32_t pair = 0;
   for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
     const TokenRun run = token_run<kSparse>(a, t, w0, w1);
+    if (pt == 0 && a.cum[t + 1] < w1) prefetch_next_token<Tq, kSparse>(a, t, g);
     for (int b = run.b0; b < run.b1; b += 2, ++pair) {
       const uint32_t ph = (pair & 1u) ^ 1u;  // the empty barriers' phase to wait for
       const int32_t mine = pair_row<kSparse>(a, t, run, b, grp, u);
@@ -986,7 +1011,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;  // the other 127 threads have nothing to do; the CTA lives on with the consumers
     }
     if constexpr (kPipelined) {
-      pipelined_producer<kSparse>(sm, a, pt, t_first, w0, w1);
+      pipelined_producer<Tq, kSparse>(sm, a, pt, t_first, w0, w1, g);
       hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
       return;
     }
