@@ -244,7 +244,8 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
 // and counts each kernel left, name → why a decode step needs it. Counted from the launch paths
 // after those changes and measured on the H200 (2026-12-01: dense 41, MoE 50, DSA 12 with the
 // indexer on), then 4 fewer a layer with ops::mla_kv_write (37, 46, 12: measured on the H200),
-// then the dataflow fusions of issue 13 (30, 38, 11: counted from the code, not yet measured):
+// then the dataflow fusions of issue 13 (30, 38, 11: counted from the code, then measured on the
+// H200, 2026-12-03):
 // the norms write their consumers' FP8 and BF16 inputs (ops::rms_norm_multi), silu_mul writes the
 // FP8 down projection's (ops::silu_mul_multi), absorb_q reads F32 q without a conversion kernel,
 // o_lat is written in BF16 — 6 kernels fewer in attention + dense MLP, 7 in attention + MoE FFN,

@@ -416,9 +416,10 @@ int g_dense_groups = 2;  // k-blocks a stage on the dense path (bench variant: 1
 // Most tokens the dense path takes. 32: at 64 and 128 tokens cuBLASLt's block-scaled GEMM was
 // faster on most V3.2 shapes (H200, 2026-12-01, bench kernels --op gemm: e.g. q_a_proj at 64
 // tokens 21.9 us against 37.6, kv_a_proj 20.3 against 40.4); at 1 and 16 this kernel was faster
-// or equal on every shape. The bench raises it to compare (since 2026-12-03 with one 64-token tile
-// past 32, where the 32-token measurements above streamed the weights twice);
-// OSPREY_FP8_SWAPAB_MAX_TOKENS=N (0..128) sets it for A/B runs of whole steps.
+// or equal on every shape. The bench raises it to compare. With one 64-token tile past 32 (the
+// weights streamed once) cuBLASLt still wins at 64 tokens (H200, 2026-12-03: q_a_proj 24.0 against
+// 39.5 us; the whole dsv32 B=64 graph step 9.89 ms with 32 here against 10.34 ms with 64), so 32
+// stays. OSPREY_FP8_SWAPAB_MAX_TOKENS=N (0..128) sets it for A/B runs of whole steps.
 int64_t g_max_tokens = -1;  // -1: not read yet (max_tokens() reads the environment once)
 int64_t max_tokens() {
   if (g_max_tokens < 0) {
