@@ -17,13 +17,13 @@ namespace osprey::ops::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-template <typename T, typename W>
-__global__ void rms_norm_kernel(T* out, T* residual, const T* x, const W* __restrict__ w, int64_t d,
-                                float eps) {
-  __shared__ float red[32];
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * d;
-  T* rr = residual ? residual + row * d : nullptr;
+// The first pass of both RMS norms over one row of d values: with a residual row rr, rr += xr (the
+// sum rounded to T is what is stored and what is normalised); returns r = 1/sqrt(mean(src²) + eps)
+// and sets src to the row the second pass reads (rr after the add, else xr). block_sum's barriers
+// order this block's residual stores before any thread's second-pass reads.
+template <typename T>
+__device__ __forceinline__ float rms_first_pass(const T*& src, T* rr, const T* xr, int64_t d,
+                                                float eps, float* red) {
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     float v = to_f32(xr[i]);
@@ -34,8 +34,18 @@ __global__ void rms_norm_kernel(T* out, T* residual, const T* x, const W* __rest
     }
     ss += v * v;
   }
-  const float r = rsqrtf(block_sum(ss, red) / float(d) + eps);
-  const T* src = rr ? rr : xr;
+  src = rr ? rr : xr;
+  return rsqrtf(block_sum(ss, red) / float(d) + eps);
+}
+
+template <typename T, typename W>
+__global__ void rms_norm_kernel(T* out, T* residual, const T* x, const W* __restrict__ w, int64_t d,
+                                float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const T* src = nullptr;
+  const float r =
+      rms_first_pass(src, residual ? residual + row * d : nullptr, x + row * d, d, eps, red);
   T* o = out + row * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
     o[i] = from_f32<T>(to_f32(w[i]) * (to_f32(src[i]) * r));
@@ -67,21 +77,9 @@ __global__ void rms_norm_multi_kernel(T* out, bf16* __restrict__ ob, uint8_t* __
     }
     return;
   }
-  const T* xr = x + row * d;
-  T* rr = residual ? residual + row * d : nullptr;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = to_f32(xr[i]);
-    if (rr) {
-      const T sum = from_f32<T>(to_f32(rr[i]) + v);
-      rr[i] = sum;
-      v = to_f32(sum);
-    }
-    ss += v * v;
-  }
-  // block_sum's barriers also order this block's residual stores before the reads below.
-  const float r = rsqrtf(block_sum(ss, red) / float(d) + eps);
-  const T* src = rr ? rr : xr;
+  const T* src = nullptr;
+  const float r =
+      rms_first_pass(src, residual ? residual + row * d : nullptr, x + row * d, d, eps, red);
   T* o = out + row * d;
   if (q == nullptr) {
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
@@ -132,13 +130,18 @@ __global__ void layer_norm_kernel(T* out, const T* x, const W* __restrict__ w,
     o[i] = from_f32<T>((to_f32(xr[i]) - mean) * r * to_f32(w[i]) + to_f32(b[i]));
 }
 
-void launch_rms(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  const int64_t d = x.size(-1), n = x.numel() / d;
-  OSPREY_CHECK(w.numel() == d && out.numel() == x.numel() && out.dtype == x.dtype,
+// The shapes both launches take: w [d], out and residual (when given) as x.
+void check_rms(const Tensor& out, const Tensor& residual, const Tensor& x, const Tensor& w) {
+  OSPREY_CHECK(w.numel() == x.size(-1) && out.numel() == x.numel() && out.dtype == x.dtype,
                "rms_norm shapes");
   OSPREY_CHECK(
       residual.data == nullptr || (residual.numel() == x.numel() && residual.dtype == x.dtype),
       "add_rms_norm residual");
+}
+
+void launch_rms(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  const int64_t d = x.size(-1), n = x.numel() / d;
+  check_rms(out, residual, x, w);
   if (n == 0) return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
                           rms_norm_kernel<T, W><<<unsigned(n), kThreads, 0, stream()>>>(
@@ -151,11 +154,7 @@ void launch_rms_multi(const NormOutputs& no, Tensor residual, Tensor x, Tensor w
   if (no.bf16.data == nullptr && no.fp8.empty()) return launch_rms(no.out, residual, x, w, eps);
   const Tensor& out = no.out;
   const int64_t d = x.size(-1), n = x.numel() / d;
-  OSPREY_CHECK(w.numel() == d && out.numel() == x.numel() && out.dtype == x.dtype,
-               "rms_norm shapes");
-  OSPREY_CHECK(
-      residual.data == nullptr || (residual.numel() == x.numel() && residual.dtype == x.dtype),
-      "add_rms_norm residual");
+  check_rms(out, residual, x, w);
   if (no.bf16.data) {
     check_device(no.bf16, "rms_norm_multi", "bf16");
     OSPREY_CHECK(no.bf16.dtype == DType::BF16 && no.bf16.numel() == n * d, "rms_norm_multi bf16 ",
