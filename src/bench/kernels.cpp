@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "bench/kernels_gemm.h"
@@ -83,6 +84,10 @@ std::vector<MlaShape> mla_shapes(bool quick) {
       {"sparse prefill", 1, 5000, 5000, true, false, 4340.0, true},   // a whole prompt, causal
       {"sparse prefill", 1, 8192, 16384, true, false, 0, false},
       {"sparse prefill", 1, 2048, 5000, true, true, 0, false},
+      // Serving chunks: 1440 queries at context 1900 (causal, every row < 2048 keys) and a fresh
+      // 1440-token prompt (rows of 1..1440 keys: the short rows of a first chunk).
+      {"sparse prefill", 1, 1440, 1900, true, false, 0, false},
+      {"sparse prefill", 1, 1440, 1440, true, false, 0, false},
   };
   if (quick) v = {v[2], v[16], v[22]};
   return v;
@@ -170,15 +175,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
               "core_us", "rel_err");
   for (const MlaShape& s : shapes) {
     MlaInputs in = make_inputs(s, rng, o.seed);
-    DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
     Tensor topk = s.sparse ? in.d_topk.view() : Tensor{};
-    auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
-    const int64_t calls0 = ops::cuda::mla_sm90_calls();
-    const ops::cuda::Timing t = ops::cuda::time_events(call, o.warmup, o.iters, kKernelFlushBytes);
-    OSPREY_CHECK(ops::cuda::mla_sm90_calls() > calls0, "the sm90 kernel did not take ", s.kernel);
-    call();
-    cuda::synchronize();
-    Buffer got = cuda::to_host(out);
     // The CUDA-core kernels on the same inputs: the check, and the time it replaces.
     const bool was = ops::cuda::set_mla_sm90_enabled(false);
     DeviceBuffer ref(DType::BF16, {in.n_tokens, kHeads, kLora});
@@ -192,19 +189,43 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
                 1e3;
     ops::cuda::set_mla_sm90_enabled(was);
     cuda::synchronize();
-    const double err = rel_l2_bf16(got, cuda::to_host(ref));
-    const double sec = t.median_ms * 1e-3;
-    const double tf = in.flops / sec / 1e12, gbs = in.bytes / sec / 1e9;
-    char fm[32] = "-", core[32] = "-";
-    if (s.flashmla_us > 0) std::snprintf(fm, sizeof fm, "%.1f", s.flashmla_us);
-    if (core_us > 0) std::snprintf(core, sizeof core, "%.0f", core_us);
-    std::printf("%-15s %-5s %4d %4d %6d %10.1f %8.1f %5.1f%% %7.0f %5.1f%% %10s %9s %9.2e%s\n",
-                s.kernel, s.fp8 ? "FP8" : "BF16", s.n_seqs, s.s_q, s.ctx, t.median_ms * 1e3, tf,
-                100 * tf / bf16_tf, gbs, 100 * gbs / copy_gbs, fm, core, err,
-                err <= 1e-2 ? "" : "  CHECK FAILED");
-    OSPREY_CHECK(err <= 1e-2, s.kernel, ": the sm90 output differs from the CUDA-core kernel's (",
-                 err, ")");
-    std::fflush(stdout);
+    const Buffer want = cuda::to_host(ref);
+    // A BF16 sparse prefill runs with both prefill kernels (the seesaw kernel, then its prefill
+    // variant: rows "sparse prefill" and "  pipelined"); other shapes with the kernel they take.
+    using ops::cuda::MlaPrefillKernel;
+    std::vector<MlaPrefillKernel> kernels = {ops::cuda::mla_prefill_kernel()};
+    if (std::string_view(s.kernel) == "sparse prefill" && !s.fp8)
+      kernels = {MlaPrefillKernel::Seesaw, MlaPrefillKernel::Pipelined};
+    for (MlaPrefillKernel pk : kernels) {
+      const MlaPrefillKernel pk_was = ops::cuda::set_mla_prefill_kernel(pk);
+      DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
+      auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
+      const int64_t calls0 = ops::cuda::mla_sm90_calls();
+      const int64_t variant0 = ops::cuda::mla_prefill_variant_calls();
+      const ops::cuda::Timing t =
+          ops::cuda::time_events(call, o.warmup, o.iters, kKernelFlushBytes);
+      OSPREY_CHECK(ops::cuda::mla_sm90_calls() > calls0, "the sm90 kernel did not take ", s.kernel);
+      const bool variant = ops::cuda::mla_prefill_variant_calls() > variant0;
+      OSPREY_CHECK(variant == (kernels.size() > 1 && pk == MlaPrefillKernel::Pipelined), s.kernel,
+                   ": the prefill variant ", variant ? "took" : "did not take", " it");
+      call();
+      cuda::synchronize();
+      ops::cuda::set_mla_prefill_kernel(pk_was);
+      const double err = rel_l2_bf16(cuda::to_host(out), want);
+      const double sec = t.median_ms * 1e-3;
+      const double tf = in.flops / sec / 1e12, gbs = in.bytes / sec / 1e9;
+      char fm[32] = "-", core[32] = "-";
+      if (s.flashmla_us > 0) std::snprintf(fm, sizeof fm, "%.1f", s.flashmla_us);
+      if (core_us > 0) std::snprintf(core, sizeof core, "%.0f", core_us);
+      const char* name = variant ? "  pipelined" : s.kernel;
+      std::printf("%-15s %-5s %4d %4d %6d %10.1f %8.1f %5.1f%% %7.0f %5.1f%% %10s %9s %9.2e%s\n",
+                  name, s.fp8 ? "FP8" : "BF16", s.n_seqs, s.s_q, s.ctx, t.median_ms * 1e3, tf,
+                  100 * tf / bf16_tf, gbs, 100 * gbs / copy_gbs, fm, core, err,
+                  err <= 1e-2 ? "" : "  CHECK FAILED");
+      OSPREY_CHECK(err <= 1e-2, name, ": the sm90 output differs from the CUDA-core kernel's (",
+                   err, ")");
+      std::fflush(stdout);
+    }
   }
   // The plan kernel's own cost: the same call with the fingerprint unknown (rebuilt every call).
   MlaInputs in = make_inputs(mla_shapes(true)[0], rng, o.seed);
@@ -229,7 +250,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       "(median of %d calls after %d warm-up, L2 flushed before each; FLOPs = 2·h·Σ attended·"
       "(576 + 512), bytes = attended cache rows + q + out; core_us = the CUDA-core kernel; "
       "rel_err = sm90 vs the CUDA-core kernel; FlashMLA = its time on our H200, 2026-12-01, "
-      "sparse prefill there on a BF16 kv)\n",
+      "sparse prefill there on a BF16 kv; 'pipelined' = the same BF16 sparse prefill with the "
+      "prefill variant, OSPREY_MLA_PREFILL=pipelined)\n",
       o.iters, o.warmup);
 }
 }  // namespace

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_driver.h"
 #include "core/device_buffer.h"
 #include "core/error.h"
 
@@ -87,18 +88,6 @@ void CudaGraph::launch() const {
 }
 
 namespace {
-// A driver entry point, reached through the runtime (the binary does not link libcuda).
-template <typename F>
-F driver_entry(const char* symbol, unsigned version) {
-  void* f = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &f, version, cudaEnableDefault, &status) !=
-          cudaSuccess ||
-      status != cudaDriverEntryPointSuccess)
-    return nullptr;
-  return reinterpret_cast<F>(f);
-}
-
 // The name of the kernel a kernel node launches, demangled, without its parameter list; "" when
 // the node is no kernel or the driver names none. A node holds a CUfunction, or a CUkernel when
 // func is null (the runtime's context-independent loading).

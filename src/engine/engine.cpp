@@ -14,7 +14,7 @@ namespace osprey {
 
 bool cuda_graph_sampling_default() {
   const char* e = std::getenv("OSPREY_CUDA_GRAPH_SAMPLING");
-  return e && std::string_view(e) == "1";
+  return !(e && std::string_view(e) == "0");
 }
 
 namespace {

@@ -48,7 +48,7 @@
 
 namespace osprey {
 
-// EngineConfig::cuda_graph_sampling's default: OSPREY_CUDA_GRAPH_SAMPLING=1 (else off).
+// EngineConfig::cuda_graph_sampling's default: on, unless OSPREY_CUDA_GRAPH_SAMPLING=0.
 bool cuda_graph_sampling_default();
 
 struct EngineConfig {
@@ -75,10 +75,10 @@ struct EngineConfig {
   // With cuda_graph: pure decode steps are sampled inside their graph and only the ids come back
   // (cuda_graph_runner.h). false: the graphs end with the logits and the Sampler runs after the
   // replay (the reference the GPU tests compare the in-graph sampling with, token for token).
-  // Its GPU tests passed on the H200 (2026-12-01, sixth session: test_cuda_graph_step 11/11, the
-  // in-graph vs host sampling ones included); off by default until the overlapped loop with it
-  // (test_async_scheduling's cuda_graph_sampling variant: preemption, aborts, stops) and a serving
-  // run have passed there too. OSPREY_CUDA_GRAPH_SAMPLING=1 turns it on.
+  // On by default: its GPU tests passed on the H200 (test_cuda_graph_step 11/11 with the in-graph
+  // vs host sampling ones, 2026-12-01; test_async_scheduling 24/24 with its cuda_graph_sampling
+  // variant against the synchronous loop across preemption, aborts, stops and prefix caching,
+  // 2026-12-03). OSPREY_CUDA_GRAPH_SAMPLING=0 turns it off (the host-sampling reference).
   bool cuda_graph_sampling = cuda_graph_sampling_default();
   std::vector<int> cuda_graph_capture_sizes;  // empty: cuda_graph_capture_sizes(max_num_seqs)
 };

@@ -162,9 +162,9 @@ void DeepseekModel::forward_mtp(const ForwardBatch& hb, Tensor hidden, PagedKVCa
   ops::linear(residual, cat, m.eh_proj);
   ops::rms_norm(x, residual, lw.input_norm, eps);
   ForwardOptions o;
-  attention(l, x, y, b, kv_rows, cache, o);
+  attention(l, {x, {}, {}}, y, b, kv_rows, cache, o);
   ops::add_rms_norm(x, residual, y, lw.post_attn_norm, eps);
-  ffn(l, x, y, o);
+  ffn(l, {x, {}, {}}, y, o);
   ops::add(residual, residual, y);
   Tensor rows = mtp_hidden.data ? mtp_hidden : alloc(DType::F32, {n_logits, D});  // [n_logits, D]
   ops::gather_rows(rows, residual, b.logits_indices);
@@ -221,21 +221,28 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
   Tensor residual = alloc(DType::F32, {T, D});  // [n_tokens, D] the residual stream
   Tensor x = alloc(DType::F32, {T, D});         // [n_tokens, D] normalised input of the next block
   Tensor y = alloc(DType::F32, {T, D});         // [n_tokens, D] output of the current block
+  // CUDA: x's extra forms, written by the norm that writes x, one set reused by every block's
+  // input (block_input: each block is given the ones it reads; none on the CPU).
+  Tensor xb;  // [n_tokens, D] BF16: x for the BF16 GEMMs (weights_proj, the router)
+  if (device_ == Device::CUDA) xb = alloc(DType::BF16, {T, D});
+  const ops::Fp8Act x8 = alloc_fp8_act(T, D);  // x quantised for the FP8 linears
   ops::embedding(residual, b.token_ids, weights_.embed);
   if (o.dump) o.dump->put("embed", residual);
-  ops::rms_norm(x, residual, weights_.layers[0].input_norm, float(c.rms_norm_eps));
+  ops::rms_norm_multi(block_input(0, false, x, xb, x8), residual, weights_.layers[0].input_norm,
+                      float(c.rms_norm_eps));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = weights_.layers[size_t(l)];
     if (o.dump) o.dump->put(stage(l, "attn_in"), x);
-    attention(l, x, y, b, kv_rows, cache, o);
+    attention(l, block_input(l, false, x, xb, x8), y, b, kv_rows, cache, o);
     if (o.dump) o.dump->put(stage(l, "attn_out"), y);
-    ops::add_rms_norm(x, residual, y, lw.post_attn_norm, float(c.rms_norm_eps));
+    const ops::NormOutputs ffn_in = block_input(l, true, x, xb, x8);
+    ops::add_rms_norm_multi(ffn_in, residual, y, lw.post_attn_norm, float(c.rms_norm_eps));
     if (o.dump) o.dump->put(stage(l, "ffn_in"), x);
-    ffn(l, x, y, o);
+    ffn(l, ffn_in, y, o);
     if (o.dump) o.dump->put(stage(l, "ffn_out"), y);
     if (l + 1 < c.num_hidden_layers) {
-      ops::add_rms_norm(x, residual, y, weights_.layers[size_t(l) + 1].input_norm,
-                        float(c.rms_norm_eps));
+      ops::add_rms_norm_multi(block_input(l + 1, false, x, xb, x8), residual, y,
+                              weights_.layers[size_t(l) + 1].input_norm, float(c.rms_norm_eps));
     } else {
       ops::add(residual, residual, y);
     }
@@ -250,13 +257,17 @@ void DeepseekModel::forward_local(const ForwardBatch& hb, PagedKVCache& cache, T
   Tensor rows = alloc(DType::F32, {n_logits, D});  // [n_logits, D]
   ops::gather_rows(rows, residual, b.logits_indices);
   Tensor normed = alloc(DType::F32, {n_logits, D});
-  ops::rms_norm(normed, rows, weights_.final_norm, float(c.rms_norm_eps));
+  // CUDA with a BF16 lm_head: normed in BF16 too, from the norm (the GEMM's input conversion).
+  Tensor normed_b;  // [n_logits, D] BF16
+  if (device_ == Device::CUDA && weights_.lm_head.weight.dtype == DType::BF16)
+    normed_b = alloc(DType::BF16, {n_logits, D});
+  ops::rms_norm_multi({normed, normed_b, {}}, rows, weights_.final_norm, float(c.rms_norm_eps));
   if (o.dump) o.dump->put("final_norm", normed);
   // [n_logits, vocab]: straight into `logits` when it is on the model's device, else copied once
   // (a device→host read: CUDA graphs take device logits only). Dumps (o.dump) read every stage
   // back to the host: never with a graph.
   Tensor out = logits.device == device_ ? logits : alloc(DType::F32, {n_logits, c.vocab_size});
-  lm_head(out, normed);
+  lm_head(out, normed_b.data ? normed_b : normed);
   if (out.data != logits.data) ops::copy(logits, out);
   if (o.dump) o.dump->put("logits", logits);
 }
@@ -273,6 +284,32 @@ void DeepseekModel::idle_step() const {
     if (weights_.layers[size_t(l)].moe)
       moe_expert_parallel(out, x, ids, wts, weights_.layers[size_t(l)].experts, shard_, *comm_, 0,
                           0, 0, ws_);
+}
+
+ops::Fp8Act DeepseekModel::alloc_fp8_act(int64_t n, int64_t in) const {
+  const ops::Fp8ActShape sh = ops::fp8_act_shape(device_, n, in);
+  if (sh.layout == ops::Fp8Layout::None) return {};
+  return {alloc(DType::U8, sh.q), alloc(DType::F32, sh.s), sh.layout};
+}
+
+ops::NormOutputs DeepseekModel::block_input(int l, bool ffn, Tensor x, Tensor xb,
+                                            const ops::Fp8Act& x8) const {
+  // Only what a consumer reads: a BF16 copy for a BF16 GEMM of x (its own conversion moved), an
+  // FP8 quantisation for FP8 linears of x (each linear's own, or ops::linears' shared one, moved).
+  const LayerWeights& lw = weights_.layers[size_t(l)];
+  const auto fp8 = [](const LinearWeight& w) { return w.weight.dtype == DType::F8_E4M3; };
+  bool bf16 = false, q8 = false;
+  if (!ffn) {
+    const AttentionWeights& w = lw.attn;
+    bf16 = config_.has_indexer && w.indexer.weights_proj.weight.dtype == DType::BF16;
+    q8 = config_.q_lora_rank ? fp8(w.q_a_proj) || fp8(w.kv_a_proj) : fp8(w.q_proj);
+  } else if (!lw.moe) {
+    q8 = fp8(lw.mlp.gate) || fp8(lw.mlp.up);
+  } else {
+    bf16 = lw.router.dtype == DType::BF16;
+    q8 = lw.has_shared && (fp8(lw.shared.gate) || fp8(lw.shared.up));
+  }
+  return {x, bf16 ? xb : Tensor{}, q8 ? x8 : ops::Fp8Act{}};
 }
 
 void DeepseekModel::lm_head(Tensor out, Tensor normed) const {
@@ -297,9 +334,10 @@ void DeepseekModel::lm_head(Tensor out, Tensor normed) const {
   }
 }
 
-void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b, int64_t kv_rows,
-                              PagedKVCache& cache, const ForwardOptions& o) const {
+void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, const ForwardBatch& b,
+                              int64_t kv_rows, PagedKVCache& cache, const ForwardOptions& o) const {
   Workspace::Scope scope(ws_);
+  const Tensor x = in.out;
   const ModelConfig& c = config_;
   const AttentionWeights& w = weights_.layers[size_t(l)].attn;
   const int64_t T = b.attn.n_tokens, H = shard_.heads();  // this rank's heads (all unless TP)
@@ -326,18 +364,22 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
     Tensor qa = alloc(f32, {T, c.q_lora_rank});
     q_lat = alloc(f32, {T, c.q_lora_rank});
     if (has_indexer)
-      ops::linears(x, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}});
+      ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}},
+                   in.bf16);  // (wk past 32 tokens: the dequantize fallback, on x's BF16 copy)
     else
-      ops::linears(x, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}});
-    ops::rms_norm(q_lat, qa, w.q_a_norm, float(c.rms_norm_eps));
+      ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}});
+    // q_lat quantised by its norm for q_b_proj (and wq_b) when FP8 (CUDA; the CPU: none).
+    const ops::Fp8Act q8 =
+        w.q_b_proj.weight.dtype == DType::F8_E4M3 ? alloc_fp8_act(T, c.q_lora_rank) : ops::Fp8Act{};
+    ops::rms_norm_multi({q_lat, {}, q8}, qa, w.q_a_norm, float(c.rms_norm_eps));
     if (has_indexer)
-      ops::linears(q_lat,
+      ops::linears(q_lat, q8,
                    {{q.reshape({T, H * qk}), &w.q_b_proj}, {iq.reshape({T, IH * ID}), &iw.wq_b}});
     else
-      ops::linear(q.reshape({T, H * qk}), q_lat, w.q_b_proj);
+      ops::linears(q_lat, q8, {{q.reshape({T, H * qk}), &w.q_b_proj}});
     if (o.dump) o.dump->put(stage(l, "q_lat"), q_lat);
   } else {
-    ops::linears(x, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
+    ops::linears(x, in.fp8, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
   }
   const bool interleaved = c.rope_interleave;
   ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
@@ -362,7 +404,7 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   Tensor topk;  // [n_tokens, index_topk] I32 (V3.2)
   if (c.has_indexer) {
     topk = alloc(DType::I32, {T, c.index_topk});
-    indexer(l, x, iq, ik_raw, topk, b, cache, o);
+    indexer(l, in.bf16.data ? in.bf16 : x, iq, ik_raw, topk, b, cache, o);
     if (o.forced_topk) {
       const Tensor& f = (*o.forced_topk)[size_t(l)];
       OSPREY_CHECK(f.shape == topk.shape, "forced topk of layer ", l, " has shape ",
@@ -403,7 +445,11 @@ void DeepseekModel::attention(int l, Tensor x, Tensor out, const ForwardBatch& b
   } else {
     Tensor q_abs = alloc(f32, {T, H, kv_lora + rope});  // [n_tokens, H, kv_lora + rope]
     ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
-    Tensor o_lat = alloc(f32, {T, H, kv_lora});  // [n_tokens, H, kv_lora]
+    // [n_tokens, H, kv_lora]; CUDA: in the unabsorb GEMM's dtype (BF16 for a BF16 kv_b), written
+    // so by the attention kernel (the rounding the GEMM's input conversion made, moved there).
+    const DType o_lat_type =
+        device_ == Device::CUDA && kv_b_absorb_[size_t(l)].dtype == DType::BF16 ? DType::BF16 : f32;
+    Tensor o_lat = alloc(o_lat_type, {T, H, kv_lora});
     ops::mla_attention_absorbed(o_lat, q_abs, cache.latent(l), b.attn, topk, softmax_scale_);
     ops::mla_unabsorb_out(attn, o_lat, kv_b_absorb_[size_t(l)], nope);
   }
@@ -451,21 +497,27 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor top
   }
 }
 
-void DeepseekModel::mlp(const MlpWeights& w, Tensor x, Tensor out) const {
+void DeepseekModel::mlp(const MlpWeights& w, const ops::NormOutputs& in, Tensor out) const {
   Workspace::Scope scope(ws_);
+  const Tensor x = in.out;
   const int64_t T = x.size(0), I = w.gate.out();
   Tensor g = alloc(DType::F32, {T, I}), u = alloc(DType::F32, {T, I});  // [n_tokens, I]
-  ops::linears(x, {{g, &w.gate}, {u, &w.up}});
-  ops::silu_mul(g, g, u);
-  ops::linear(out, g, w.down);
+  ops::linears(x, in.fp8, {{g, &w.gate}, {u, &w.up}});
+  // h = silu(g)·u quantised by the activation for an FP8 down (CUDA; the CPU: none).
+  const ops::Fp8Act h8 =
+      w.down.weight.dtype == DType::F8_E4M3 ? alloc_fp8_act(T, I) : ops::Fp8Act{};
+  ops::silu_mul_multi(g, h8, g, u);
+  ops::linears(g, h8, {{out, &w.down}});
 }
 
-void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) const {
+void DeepseekModel::ffn(int l, const ops::NormOutputs& in, Tensor out,
+                        const ForwardOptions& o) const {
   Workspace::Scope scope(ws_);
+  const Tensor x = in.out;
   const ModelConfig& c = config_;
   const LayerWeights& lw = weights_.layers[size_t(l)];
   if (!lw.moe) {
-    mlp(lw.mlp, x, out);
+    mlp(lw.mlp, in, out);
     if (shard_.split_tp()) comm_->all_reduce_sum(out);  // Σ over the intermediate's parts
     return;
   }
@@ -474,7 +526,7 @@ void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) co
   Tensor router_logits = alloc(router_logits_dtype(lw.router), {T, E});
   Tensor ids = alloc(DType::I32, {T, K});  // [n_tokens, K]
   Tensor wts = alloc(DType::F32, {T, K});  // [n_tokens, K]
-  moe_router(ids, wts, router_logits, x, lw.router, lw.correction_bias,
+  moe_router(ids, wts, router_logits, in.bf16.data ? in.bf16 : x, lw.router, lw.correction_bias,
              RouterParams::from_config(c));
   if (o.dump) {
     o.dump->put(stage(l, "router_logits"), router_logits);
@@ -493,7 +545,7 @@ void DeepseekModel::ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) co
   }
   if (lw.has_shared) {
     Tensor shared = alloc(DType::F32, {T, D});
-    mlp(lw.shared, x, shared);
+    mlp(lw.shared, in, shared);
     if (shard_.expert_parallel() && shard_.split_tp()) comm_->all_reduce_sum(shared);
     ops::add(out, out, shared);
   }

@@ -13,8 +13,12 @@
 //   - activations live in a per-model Workspace (one arena sized by the first steps, then reused):
 //     all F32, like the CPU's. The residual stream must be F32 (it accumulates 2 adds per layer);
 //     the others are small next to the weights a decode step reads, and each GEMM converts its
-//     input to its weight's dtype (BF16, or FP8 with 1×128 scales) itself. BF16 activations are the
-//     next step for prefill bandwidth.
+//     input to its weight's dtype (BF16, or FP8 with 1×128 scales) itself — except where the op
+//     producing the input writes that dtype too: the RMSNorms write each block's input also in
+//     BF16 (the indexer's weights_proj, the MoE router, lm_head) and FP8 (the FP8 linears), as
+//     their consumers read them (ops::rms_norm_multi; block_input below), and attention's o_lat is
+//     written in BF16 for the BF16 unabsorb GEMM. The same roundings, no kernel of their own.
+//     BF16 activations are the next step for prefill bandwidth.
 //   - logits may be a host tensor: they are computed on the device and copied back once.
 #pragma once
 
@@ -31,6 +35,7 @@
 #include "model/forward_batch.h"
 #include "model/shard.h"
 #include "model/weights.h"
+#include "ops/norm.h"
 
 namespace osprey {
 
@@ -137,17 +142,25 @@ class DeepseekModel {
   void settle_workspace() const { ws_.reset(); }
 
  private:
-  // out [n_tokens, D] = attention of layer l over x [n_tokens, D].
+  // x [n_tokens, D] (a block's normalised input) with the extras of it that block `ffn` (false:
+  // attention) of layer l reads on this device (NormOutputs: xb [n_tokens, D] BF16 where a BF16
+  // GEMM reads x, x8 where FP8 linears do; the CPU: none). xb, x8 empty: none.
+  ops::NormOutputs block_input(int l, bool ffn, Tensor x, Tensor xb, const ops::Fp8Act& x8) const;
+  // An FP8 activation of n rows of width `in` in the layout this device's FP8 linears read, in
+  // the workspace (empty on the CPU or where none reads one).
+  ops::Fp8Act alloc_fp8_act(int64_t n, int64_t in) const;
+  // out [n_tokens, D] = attention of layer l over x = in.out [n_tokens, D] (in's extras: its BF16
+  // and FP8 copies, where given).
   // kv_rows = Σ seq_lens (host value: sizes the expanded path's K/V).
-  void attention(int l, Tensor x, Tensor out, const ForwardBatch& b, int64_t kv_rows,
-                 PagedKVCache& cache, const ForwardOptions& o) const;
+  void attention(int l, const ops::NormOutputs& in, Tensor out, const ForwardBatch& b,
+                 int64_t kv_rows, PagedKVCache& cache, const ForwardOptions& o) const;
   // topk_indices [n_tokens, index_topk] of layer l (V3.2), from x [n_tokens, D] and the
   // indexer's projections attention() computed beside its own: iq = q_lat · wq_bᵀ
   // [n_tokens, IH, ID] and k_raw = x · wkᵀ [n_tokens, ID] (both before norm and rope).
   void indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor topk, const ForwardBatch& b,
                PagedKVCache& cache, const ForwardOptions& o) const;
-  void ffn(int l, Tensor x, Tensor out, const ForwardOptions& o) const;
-  void mlp(const MlpWeights& w, Tensor x, Tensor out) const;
+  void ffn(int l, const ops::NormOutputs& in, Tensor out, const ForwardOptions& o) const;
+  void mlp(const MlpWeights& w, const ops::NormOutputs& in, Tensor out) const;
   // The forward over a batch that is all this rank's: logits [n_logits, V] (TP: gathered from
   // the vocab parts).
   void forward_local(const ForwardBatch& b, PagedKVCache& cache, Tensor logits,

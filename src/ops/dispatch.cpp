@@ -51,6 +51,24 @@ void linears(Tensor x, std::initializer_list<LinearOut> outs) {
   const std::span<const LinearOut> s(outs.begin(), outs.size());
   OSPREY_DISPATCH(linears, s[0].y.device, x, s);
 }
+void linears(Tensor x, const Fp8Act& xq, std::initializer_list<LinearOut> outs, Tensor x_bf16) {
+  if (outs.size() == 0) return;
+  const std::span<const LinearOut> s(outs.begin(), outs.size());
+  if (s[0].y.device == Device::CPU) return cpu::linears(x, s);  // they quantise x themselves
+#ifdef OSPREY_WITH_CUDA
+  cuda::linears(x, xq, x_bf16, s);
+#else
+  (void)xq, (void)x_bf16;
+  no_cuda("linears");
+#endif
+}
+Fp8ActShape fp8_act_shape(Device device, int64_t n, int64_t in) {
+#ifdef OSPREY_WITH_CUDA
+  if (device == Device::CUDA) return cuda::fp8_act_shape(n, in);
+#endif
+  (void)device, (void)n, (void)in;
+  return {};
+}
 void dequantize(Tensor out, const LinearWeight& w) {
   OSPREY_DISPATCH(dequantize, out.device, out, w);
 }
@@ -59,6 +77,12 @@ void rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
 }
 void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   OSPREY_DISPATCH(add_rms_norm, out.device, out, residual, x, w, eps);
+}
+void rms_norm_multi(const NormOutputs& o, Tensor x, Tensor w, float eps) {
+  OSPREY_DISPATCH(rms_norm_multi, o.out.device, o, x, w, eps);
+}
+void add_rms_norm_multi(const NormOutputs& o, Tensor residual, Tensor x, Tensor w, float eps) {
+  OSPREY_DISPATCH(add_rms_norm_multi, o.out.device, o, residual, x, w, eps);
 }
 void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps) {
   OSPREY_DISPATCH(layer_norm, out.device, out, x, w, b, eps);
@@ -128,6 +152,9 @@ void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const
 }
 void silu_mul(Tensor out, Tensor gate, Tensor up) {
   OSPREY_DISPATCH(silu_mul, out.device, out, gate, up);
+}
+void silu_mul_multi(Tensor out, const Fp8Act& q8, Tensor gate, Tensor up) {
+  OSPREY_DISPATCH(silu_mul_multi, out.device, out, q8, gate, up);
 }
 void embedding(Tensor out, Tensor ids, Tensor table) {
   OSPREY_DISPATCH(embedding, out.device, out, ids, table);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "ops/fp8_act.h"
 
 namespace osprey {
 
@@ -33,6 +34,13 @@ void linear(Tensor y, Tensor x, const LinearWeight& w);
 // of x (one kernel instead of one per weight: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
 // gate + up). Outputs must not alias x.
 void linears(Tensor x, std::initializer_list<LinearOut> outs);
+// The same with x's FP8 quantisation already made by x's producer (ops/fp8_act.h; empty: as
+// above): every FP8 linear whose CUDA path reads xq's layout reads xq instead of quantising x (the
+// same values); any other reads x. x_bf16 (or empty): x rounded to BF16 by its producer, read where
+// a CUDA linear would convert x to BF16 itself (a BF16 weight; an FP8 weight outside both FP8
+// paths, the dequantize fallback: the indexer's wk past 32 tokens), the same values. On the CPU, xq
+// and x_bf16 are not read.
+void linears(Tensor x, const Fp8Act& xq, std::initializer_list<LinearOut> outs, Tensor x_bf16 = {});
 // out [out, in] = W dequantized (F32 on the CPU, BF16 on CUDA), on out's device.
 void dequantize(Tensor out, const LinearWeight& w);
 namespace cpu {
@@ -54,6 +62,7 @@ void quantize_act_rows(float* q, float* s, const float* x, int64_t n, int64_t in
 namespace cuda {
 void linear(Tensor y, Tensor x, const LinearWeight& w);
 void linears(Tensor x, std::span<const LinearOut> outs);
+void linears(Tensor x, const Fp8Act& xq, Tensor x_bf16, std::span<const LinearOut> outs);
 // out [out, in] BF16 = W (F8_E4M3 + scales, or BF16/F32) as BF16.
 void dequantize(Tensor out_bf16, const LinearWeight& w);
 // FP8 weights: whether cuBLASLt's block-scaled FP8 matmul may be tried (default true; false forces

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -39,6 +40,40 @@ TEST(CudaOps, MlaAbsorbUnabsorb) {
     expect_close("mla_absorb_q [19,128,192]->[19,128,576]" + w, download(d_qabs), q_abs, tol);
     expect_close("mla_unabsorb_out [19,128,512]->[19,128,128]" + w, download(d_out), out, tol);
   }
+}
+
+// The model's dataflow on CUDA (model/deepseek.cpp): with a BF16 kv_b and F32 queries, absorb_q
+// writes q's nope part as BF16 and its rope part into q_abs in one kernel (no conversion of q):
+// its GEMM reads the bits a BF16 q gives (the nope part bit for bit as from a BF16 upload of q),
+// and the rope part is q's F32 values exactly. And o_lat written BF16 by the attention unabsorbs
+// bit for bit as an F32 o_lat of the same BF16 values.
+TEST(CudaOps, MlaAbsorbQF32QueriesReadAsBf16) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t n = 19;
+  Buffer kv_b = rand_f32({H * (kNope + kV), kLora}, -0.05f, 0.05f);
+  Buffer q = rand_f32({n, H, kNope + kRopeDim}), o_lat = rand_f32({n, H, kLora});
+  round_bf16(o_lat);
+  DeviceBuffer d_kvb = upload(kv_b, DType::BF16), dq = upload(q), dq16 = upload(q, DType::BF16);
+  DeviceBuffer a = poisoned(DType::F32, {n, H, kWidth}), b = poisoned(DType::F32, {n, H, kWidth});
+  ops::mla_absorb_q(a, dq, d_kvb, int(kNope), int(kV));
+  ops::mla_absorb_q(b, dq16, d_kvb, int(kNope), int(kV));
+  const Buffer ga = download(a), gb = download(b);
+  int64_t nope_diff = 0, rope_diff = 0;
+  for (int64_t r = 0; r < n * H; ++r) {
+    for (int64_t c = 0; c < kLora; ++c)
+      nope_diff += std::memcmp(ga.f32() + r * kWidth + c, gb.f32() + r * kWidth + c, 4) != 0;
+    for (int64_t c = 0; c < kRopeDim; ++c)
+      rope_diff += ga.f32()[r * kWidth + kLora + c] != q.f32()[r * (kNope + kRopeDim) + kNope + c];
+  }
+  EXPECT_EQ(nope_diff, 0) << "absorbed q_nope differs from the BF16 q's";
+  EXPECT_EQ(rope_diff, 0) << "q_abs's rope part is not q's F32 rope part";
+  DeviceBuffer l32 = upload(o_lat), l16 = upload(o_lat, DType::BF16);
+  DeviceBuffer o1 = poisoned(DType::F32, {n, H, kV}), o2 = poisoned(DType::F32, {n, H, kV});
+  ops::mla_unabsorb_out(o1, l32, d_kvb, int(kNope));
+  ops::mla_unabsorb_out(o2, l16, d_kvb, int(kNope));
+  const Buffer g1 = download(o1), g2 = download(o2);
+  EXPECT_EQ(std::memcmp(g1.f32(), g2.f32(), size_t(n * H * kV) * 4), 0)
+      << "unabsorb of a BF16 o_lat differs from its F32 copy's";
 }
 
 TEST(CudaOps, MlaCacheWriteGather) {
@@ -245,6 +280,36 @@ void absorbed_fp8_case(bool sparse, DType dt, int64_t lora, int64_t rope, int64_
                     static_cast<long long>(lora), static_cast<long long>(rope), attended.c_str(),
                     max_ctx, dt == DType::F32 ? "F32" : "BF16"),
                download(d_out), ref, dt == DType::F32 ? 1e-5 : 1e-2);
+}
+
+// The model writes o_lat in BF16 on CUDA (the unabsorb GEMM's dtype): the attention's BF16 output
+// must be its F32 output rounded to nearest, bit for bit (the rounding the unabsorb's conversion
+// made, moved into the attention kernel), on V3.2's shapes (128 heads, 512 + 64) with the BF16 and
+// the FP8 cache, dense and top-2048, F32 queries (q_abs is F32 in the model).
+TEST(CudaOps, MlaAttentionAbsorbedBf16OutIsTheRoundedF32Out) {
+  OSPREY_REQUIRE_GPU();
+  Batch b = make_batch({16384, 4000, 777, 1, 2048}, {1, 1, 1, 1, 3});
+  const int64_t n = b.host.n_tokens;
+  for (bool fp8 : {false, true})
+    for (bool sparse : {false, true}) {
+      Buffer cache =
+          fp8 ? filled_fp8_cache(b.n_blocks, kLora, kRopeDim) : rand_f32({b.n_blocks, 64, kWidth});
+      const Buffer q = rand_f32({n, H, kWidth});
+      DeviceBuffer d_cache = fp8 ? upload(cache) : upload(cache, DType::BF16), dq = upload(q);
+      const Buffer topk = sparse ? random_topk(b, kTopk) : Buffer();
+      DeviceBuffer d_topk = sparse ? cuda::to_device(topk) : DeviceBuffer();
+      DeviceBuffer o32 = poisoned(DType::F32, {n, H, kLora}),
+                   o16 = poisoned(DType::BF16, {n, H, kLora});
+      const Tensor tk = sparse ? d_topk.view() : Tensor{};
+      ops::mla_attention_absorbed(o32, dq, d_cache, b.dev, tk, kScale);
+      ops::mla_attention_absorbed(o16, dq, d_cache, b.dev, tk, kScale);
+      const Buffer g32 = download(o32), g16 = download(o16);
+      int64_t diff = 0;
+      for (int64_t i = 0; i < n * H * kLora; ++i)
+        diff += g16.f32()[i] != bf16_to_f32(f32_to_bf16(g32.f32()[i]));
+      EXPECT_EQ(diff, 0) << (fp8 ? "FP8" : "BF16") << " cache, " << (sparse ? "top-2048" : "dense")
+                         << ": BF16 out is not the rounded F32 out";
+    }
 }
 
 TEST(CudaOps, MlaFp8AttentionAbsorbedDense) {

@@ -5,12 +5,14 @@
 // ragged batches; the lse output; and the split-KV plan cache (a repeated batch fingerprint builds
 // no plan, a changed one does). Dense BF16 decode with both producers of the seesaw kernel
 // (cp.async gathers and TMA boxes, set_mla_dense_tma), NaN in every cache row never written, block
-// sizes 64, 128 and 32, and the TMA map cache (one map per cache geometry).
+// sizes 64, 128 and 32, and the TMA map cache (one map per cache geometry). The sparse prefill on
+// a BF16 cache with the seesaw kernel and its prefill variant (set_mla_prefill_kernel).
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "ops/cuda/mla/hooks.h"
@@ -65,6 +67,14 @@ struct DenseTma {
   bool was;
   explicit DenseTma(bool on) : was(ops::cuda::set_mla_dense_tma(on)) {}
   ~DenseTma() { ops::cuda::set_mla_dense_tma(was); }
+};
+
+// Sets the sparse prefill kernel (the seesaw kernel or its prefill variant) for a scope.
+struct PrefillKernel {
+  ops::cuda::MlaPrefillKernel was;
+  explicit PrefillKernel(ops::cuda::MlaPrefillKernel k)
+      : was(ops::cuda::set_mla_prefill_kernel(k)) {}
+  ~PrefillKernel() { ops::cuda::set_mla_prefill_kernel(was); }
 };
 
 struct Case {
@@ -143,6 +153,54 @@ TEST(CudaMlaSm90, SparsePrefillChunk) {
   c.q_dt = DType::F32;
   c.out_dt = DType::F32;
   run_case(c);
+}
+
+// The absorbed sparse prefill on a BF16 cache with both kernels (the seesaw kernel, and its
+// prefill variant: release-ordered fills, 8-thread row gathers, batched Q staging) on a chunk of
+// four sequences: 120 tokens at context 2600 (every row the full top-2048, 32 tiles), a fresh
+// 40-token prompt (rows of 1..40 keys, shorter than a tile, −1 padded), 64 tokens whose rows
+// cross 2048 (2038..2048 keys, odd and even tile counts), a fresh 130-token prompt (1..130 keys:
+// 1 to 3 tiles, odd runs padded). Unwritten cache rows hold NaN; the batch is cut across parts
+// (split partials). H = 128 and the TP head counts 64 and 16, F32 and BF16 q / out, repeated
+// indices once. The variant must take each of these calls; an FP8 cache and a decode batch must
+// not take it (and stay right).
+TEST(CudaMlaSm90, SparsePrefillVariants) {
+  OSPREY_REQUIRE_GPU();
+  using ops::cuda::MlaPrefillKernel;
+  const std::vector<int> ctx{2600, 40, 2101, 130}, n_new{120, 40, 64, 130};
+  struct Shape {
+    int64_t heads;
+    DType q_dt, out_dt;
+    bool repeats;
+  };
+  const Shape shapes[] = {{128, DType::BF16, DType::BF16, false},
+                          {128, DType::F32, DType::F32, true},
+                          {64, DType::BF16, DType::F32, false},
+                          {16, DType::F32, DType::BF16, false}};
+  for (MlaPrefillKernel k : {MlaPrefillKernel::Seesaw, MlaPrefillKernel::Pipelined}) {
+    PrefillKernel on(k);
+    const int64_t want = k == MlaPrefillKernel::Pipelined ? 1 : 0;
+    for (const Shape& sh : shapes) {
+      Case c{ctx, n_new};
+      c.heads = sh.heads;
+      c.q_dt = sh.q_dt;
+      c.out_dt = sh.out_dt;
+      c.repeats = sh.repeats;
+      c.nan_unwritten = true;
+      const int64_t before = ops::cuda::mla_prefill_variant_calls();
+      run_case(c);
+      EXPECT_EQ(ops::cuda::mla_prefill_variant_calls(), before + want)
+          << ops::cuda::mla_prefill_kernel_name(k) << " H" << sh.heads;
+    }
+  }
+  PrefillKernel on(MlaPrefillKernel::Pipelined);
+  const int64_t before = ops::cuda::mla_prefill_variant_calls();
+  Case fp8{ctx, n_new};
+  fp8.fp8 = true;
+  run_case(fp8);
+  Case decode{{5000, 300, 1, 2048}, {1, 1, 1, 1}};
+  run_case(decode);
+  EXPECT_EQ(ops::cuda::mla_prefill_variant_calls(), before) << "FP8 cache / decode batch";
 }
 
 // Both producers of the BF16 cache (cp.async gathers, TMA boxes) over partial last blocks of every

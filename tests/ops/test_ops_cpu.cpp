@@ -14,10 +14,12 @@
 #include "core/dtype.h"
 #include "core/storage.h"
 #include "core/tensor.h"
+#include "ops/activation.h"
 #include "ops/gemm.h"
 #include "ops/indexer.h"
 #include "ops/moe.h"
 #include "ops/moe_schedule.h"
+#include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/tensor_ops.h"
 
@@ -468,6 +470,79 @@ TEST(OpsCpu, LinearW8A8IsDeepSeeksBlockScaledArithmetic) {
   Buffer y(DType::F32, {n, out});
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(ops::cpu::linear_w8a8(y, bad, lw), "linear_w8a8: x \\[5, 200\\]");
+}
+
+// cpu::rms_norm_multi / add_rms_norm_multi (the CPU twin of the norms that write their consumers'
+// BF16 and FP8 inputs) is the composition: the plain norm's out, its BF16 rounding, and
+// quantize_act_rows of out in either layout (Cols: 5 rows padded to 16, zero bytes, scale 1).
+TEST(OpsCpu, RmsNormMultiIsTheComposition) {
+  const int64_t n = 5, D = 384, G = 3;
+  std::mt19937 g(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  Buffer x(DType::F32, {n, D}), res(DType::F32, {n, D}), w(DType::F32, {D});
+  for (int64_t i = 0; i < n * D; ++i) x.f32()[i] = u(g), res.f32()[i] = u(g);
+  for (int64_t i = 0; i < D; ++i) w.f32()[i] = 1.0f + 0.25f * u(g);
+  for (bool add : {false, true})
+    for (ops::Fp8Layout layout : {ops::Fp8Layout::Rows, ops::Fp8Layout::Cols}) {
+      const int64_t rows = layout == ops::Fp8Layout::Rows ? n : 16;
+      Buffer out(DType::F32, {n, D}), ob(DType::BF16, {n, D}), q(DType::U8, {rows, D}),
+          sc(DType::F32, layout == ops::Fp8Layout::Rows ? Shape{n, G} : Shape{G, rows});
+      std::memset(q.view().data, 0x5a, q.view().nbytes());
+      Buffer r1(DType::F32, {n, D}), r2(DType::F32, {n, D}), plain(DType::F32, {n, D});
+      std::memcpy(r1.f32(), res.f32(), size_t(n * D) * 4);
+      std::memcpy(r2.f32(), res.f32(), size_t(n * D) * 4);
+      const ops::NormOutputs no{out, ob, ops::Fp8Act{q, sc, layout}};
+      if (add) {
+        ops::add_rms_norm_multi(no, r1, x, w, 1e-6f);
+        ops::add_rms_norm(plain, r2, x, w, 1e-6f);
+        EXPECT_EQ(std::memcmp(r1.f32(), r2.f32(), size_t(n * D) * 4), 0);
+      } else {
+        ops::rms_norm_multi(no, x, w, 1e-6f);
+        ops::rms_norm(plain, x, w, 1e-6f);
+      }
+      EXPECT_EQ(std::memcmp(out.f32(), plain.f32(), size_t(n * D) * 4), 0);
+      std::vector<float> wq(size_t(n * D)), ws(size_t(n * G));
+      ops::cpu::quantize_act_rows(wq.data(), ws.data(), plain.f32(), n, D);
+      for (int64_t i = 0; i < n * D; ++i) {
+        ASSERT_EQ(ob.ptr<uint16_t>()[i], f32_to_bf16(plain.f32()[i])) << i;
+        ASSERT_EQ(e4m3_to_f32(q.ptr<uint8_t>()[i]), wq[size_t(i)]) << i;
+      }
+      for (int64_t i = n * D; i < rows * D; ++i) ASSERT_EQ(q.ptr<uint8_t>()[i], 0) << i;
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t gi = 0; gi < G; ++gi) {
+          const float v = sc.f32()[layout == ops::Fp8Layout::Rows ? t * G + gi : gi * rows + t];
+          EXPECT_EQ(v, t < n ? ws[size_t(t * G + gi)] : 1.0f) << t << "," << gi;
+        }
+    }
+  // No extras: the plain norm, nothing else touched; a wrong FP8 shape is a clear error.
+  Buffer out(DType::F32, {n, D}), plain(DType::F32, {n, D});
+  ops::rms_norm_multi({out, {}, {}}, x, w, 1e-6f);
+  ops::rms_norm(plain, x, w, 1e-6f);
+  EXPECT_EQ(std::memcmp(out.f32(), plain.f32(), size_t(n * D) * 4), 0);
+  Buffer q(DType::U8, {n, D}), sc(DType::F32, {G, n});
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      ops::rms_norm_multi({out, {}, ops::Fp8Act{q, sc, ops::Fp8Layout::Rows}}, x, w, 1e-6f),
+      "FP8 activation");
+  EXPECT_EQ(ops::fp8_act_shape(Device::CPU, n, D).layout, ops::Fp8Layout::None);
+}
+
+// cpu::silu_mul_multi is the composition: silu_mul, then quantize_act_rows of its out (Rows).
+TEST(OpsCpu, SiluMulMultiIsTheComposition) {
+  const int64_t n = 3, I = 256;
+  std::mt19937 g(4);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  Buffer gate(DType::F32, {n, I}), up(DType::F32, {n, I});
+  for (int64_t i = 0; i < n * I; ++i) gate.f32()[i] = u(g), up.f32()[i] = u(g);
+  Buffer out(DType::F32, {n, I}), plain(DType::F32, {n, I}), q(DType::U8, {n, I}),
+      sc(DType::F32, {n, 2});
+  ops::silu_mul_multi(out, ops::Fp8Act{q, sc, ops::Fp8Layout::Rows}, gate, up);
+  ops::silu_mul(plain, gate, up);
+  EXPECT_EQ(std::memcmp(out.f32(), plain.f32(), size_t(n * I) * 4), 0);
+  std::vector<float> wq(size_t(n * I)), ws(size_t(n * 2));
+  ops::cpu::quantize_act_rows(wq.data(), ws.data(), plain.f32(), n, I);
+  for (int64_t i = 0; i < n * I; ++i) ASSERT_EQ(e4m3_to_f32(q.ptr<uint8_t>()[i]), wq[size_t(i)]);
+  for (int64_t i = 0; i < n * 2; ++i) EXPECT_EQ(sc.f32()[i], ws[size_t(i)]);
 }
 
 TEST(OpsCpu, RopeLayoutsAreTheSameRotation) {

@@ -13,4 +13,11 @@ void silu_mul(Tensor out, Tensor gate, Tensor up) {
   for (int64_t i = 0; i < out.numel(); ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void silu_mul_multi(Tensor out, const Fp8Act& q8, Tensor gate, Tensor up) {
+  silu_mul(out, gate, up);
+  if (q8.empty()) return;
+  const int64_t I = out.size(-1);
+  write_fp8_act(q8, out.f32(), out.numel() / I, I);
+}
+
 }  // namespace osprey::ops::cpu

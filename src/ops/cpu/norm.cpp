@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "ops/norm.h"
 
@@ -11,6 +12,19 @@ void rms_row(float* out, const float* x, const float* w, int64_t d, float eps) {
   for (int64_t i = 0; i < d; ++i) ss += double(x[i]) * x[i];
   const float r = float(1.0 / std::sqrt(ss / double(d) + double(eps)));
   for (int64_t i = 0; i < d; ++i) out[i] = w[i] * (x[i] * r);
+}
+
+// NormOutputs' extras from out (F32 [n, d]): the BF16 rounding, and cpu::quantize_act_rows laid out
+// as o.fp8.layout says (Cols: rows ≥ n zero bytes with scale 1).
+void write_extras(const NormOutputs& o, int64_t n, int64_t d) {
+  const float* out = o.out.f32();
+  if (o.bf16.data) {
+    OSPREY_CHECK(o.bf16.dtype == DType::BF16 && o.bf16.numel() == n * d, "norm bf16 output ",
+                 shape_str(o.bf16.shape));
+    auto* b = static_cast<uint16_t*>(o.bf16.data);
+    for (int64_t i = 0; i < n * d; ++i) b[i] = f32_to_bf16(out[i]);
+  }
+  if (!o.fp8.empty()) write_fp8_act(o.fp8, out, n, d);
 }
 }  // namespace
 
@@ -28,6 +42,16 @@ void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   const float* xp = x.f32();
   for (int64_t i = 0; i < n * d; ++i) r[i] += xp[i];
   for (int64_t t = 0; t < n; ++t) rms_row(out.f32() + t * d, r + t * d, w.f32(), d, eps);
+}
+
+void rms_norm_multi(const NormOutputs& o, Tensor x, Tensor w, float eps) {
+  rms_norm(o.out, x, w, eps);
+  write_extras(o, x.numel() / x.size(-1), x.size(-1));
+}
+
+void add_rms_norm_multi(const NormOutputs& o, Tensor residual, Tensor x, Tensor w, float eps) {
+  add_rms_norm(o.out, residual, x, w, eps);
+  write_extras(o, x.numel() / x.size(-1), x.size(-1));
 }
 
 void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps) {

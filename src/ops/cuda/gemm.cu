@@ -16,6 +16,9 @@
 //     instead: x quantised per 1×128 (scales [n, K/128], row-major), y written directly in its
 //     dtype, no padding.
 // x, y: F32 or BF16.
+// A pre-quantised x (Fp8Act, ops/fp8_act.h, written by x's producer: ops::rms_norm_multi): where
+// the FP8 path taken reads its layout (Rows: the swap-AB kernel; Cols: the block-scaled matmul),
+// its q and scales replace the quantize kernel above, which computes the same bytes from x.
 // Grids: quantize_act_kernel [n_pad, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values
 // a lane); dequant_kernel grid-stride over W's elements.
 #include "ops/cuda/common.cuh"
@@ -87,9 +90,15 @@ cudaDataType_t lt_type(DType d) {
   return CUDA_R_32F;
 }
 
-// x in dtype `want` (converted into scratch when it differs).
-const void* x_as(Tensor x, DType want) {
+// x in dtype `want` (converted into scratch when it differs); xb: x's BF16 copy from its producer
+// (or empty), taken for want = BF16 instead of converting.
+const void* x_as(Tensor x, DType want, Tensor xb = {}) {
   if (x.dtype == want) return x.data;
+  if (want == DType::BF16 && xb.data) {
+    OSPREY_CHECK(xb.dtype == DType::BF16 && xb.numel() == x.numel() && xb.device == Device::CUDA,
+                 "linear: x's BF16 copy ", shape_str(xb.shape), " for x ", shape_str(x.shape));
+    return xb.data;
+  }
   void* buf = scratch(kScratchGemmX, size_t(x.numel()) * dtype_size(want));
   convert(buf, want, x.data, x.dtype, x.numel());
   return buf;
@@ -106,7 +115,14 @@ void matmul_into(Tensor y, int64_t m, int64_t n, int64_t k, const LtOperand& a,
   convert(y.data, y.dtype, tmp, DType::F32, m * n);
 }
 
-bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
+// The block-scaled matmul's own shape class (below) for a weight [out, in]: the Cols layout of an
+// Fp8Act is made for the in of it.
+bool block_scaled_in(int64_t in) {
+  return g_allow_block_scaled && in % kFp8BlockSize == 0 && in >= 4 * kFp8BlockSize;
+}
+
+// xq: x already quantised in the Cols layout (nullptr: quantised here).
+bool fp8_block_scaled(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& w, int64_t n) {
   const int64_t in = w.in(), out = w.out();
   // Only shapes like those where cuBLASLt 13.1's block-scaled mode gave right answers on the H200
   // (tests/ops test_cuda_gemm, 2026-11-29): in a multiple of 128 and at least 512 (the V3/V3.2
@@ -116,24 +132,34 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   // (the bundled arithmetic model's MLP down projection: 400× off, and its FP8 accuracy fell
   // from 99.7% to 98.2%). Every verified shape has out ≥ 512 as well: everything outside that class
   // takes the dequantize + BF16 path.
-  if (!g_allow_block_scaled || in % kFp8BlockSize != 0 || in < 4 * kFp8BlockSize ||
-      out < 4 * kFp8BlockSize || out % 64 != 0)
-    return false;
+  if (!block_scaled_in(in) || out < 4 * kFp8BlockSize || out % 64 != 0) return false;
   // cuBLASLt's block-scaled mode refuses token counts that are not a multiple of 16 (seen on the
   // H200 with n = 5, 37): the quantisation pads the rows with zeros (scale 1) in its own pass, and
   // the padded outputs are dropped.
   const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
-  auto* q = static_cast<__nv_fp8_e4m3*>(
-      scratch(kScratchGemmX, size_t(n_pad * in)));  // [n_pad, in] e4m3, rows ≥ n zero
+  static_assert(kTokenAlign == kFp8ColsTokenAlign, "the Cols layout is this path's padding");
   const int64_t n_groups = in / kFp8BlockSize;
-  auto* s = static_cast<float*>(scratch(
-      kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));  // [in/128, n_pad], pad 1
-  OSPREY_DISPATCH_FLOAT(x.dtype, T, {
-    const dim3 grid(unsigned(n_pad), unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
-    quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
-        q, s, static_cast<const T*>(x.data), n, n_pad, in);
-  });
-  OSPREY_CUDA_LAUNCH_CHECK();
+  const void* q = nullptr;   // [n_pad, in] e4m3, rows ≥ n zero
+  const float* s = nullptr;  // [in/128, n_pad], pad 1
+  if (xq) {
+    OSPREY_CHECK(fp8_act_rows(*xq, n, in, "linear") == n_pad && xq->layout == Fp8Layout::Cols,
+                 "linear: a Cols FP8 activation");
+    q = xq->q.data;
+    s = xq->s.f32();
+  } else {
+    auto* qw = static_cast<__nv_fp8_e4m3*>(scratch(kScratchGemmX, size_t(n_pad * in)));
+    auto* sw =
+        static_cast<float*>(scratch(kScratchGemmXScale, size_t(n_groups * n_pad) * sizeof(float)));
+    OSPREY_DISPATCH_FLOAT(x.dtype, T, {
+      const dim3 grid(unsigned(n_pad),
+                      unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
+      quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
+          qw, sw, static_cast<const T*>(x.data), n, n_pad, in);
+    });
+    OSPREY_CUDA_LAUNCH_CHECK();
+    q = qw;
+    s = sw;
+  }
   LtOperand a{w.weight.data,
               CUDA_R_8F_E4M3,
               true,
@@ -155,6 +181,16 @@ bool fp8_block_scaled(Tensor y, Tensor x, const LinearWeight& w, int64_t n) {
   return false;
 }
 }  // namespace
+
+Fp8ActShape fp8_act_shape(int64_t n, int64_t in) {
+  if (n <= 0 || in % kFp8BlockSize != 0) return {};
+  const int64_t groups = in / kFp8BlockSize;
+  // The swap-AB kernel's decision depends on n and in alone (any weight height N ≥ 1).
+  if (fp8_swapab_serves(n, 1, in)) return {Fp8Layout::Rows, {n, in}, {n, groups}};
+  if (!block_scaled_in(in)) return {};
+  const int64_t n_pad = (n + kTokenAlign - 1) / kTokenAlign * kTokenAlign;
+  return {Fp8Layout::Cols, {n_pad, in}, {groups, n_pad}};
+}
 
 void dequantize(Tensor out, const LinearWeight& w) {
   check_device(out, "dequantize", "out");
@@ -209,21 +245,77 @@ void swapab_linear(Tensor y, const QuantizedX& x8, const LinearWeight& w, int64_
 
 }  // namespace
 
-void linears(Tensor x, std::span<const LinearOut> outs) {
-  // One quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
+namespace {
+// y = x · Wᵀ; xq: x's producer-made FP8 quantisation (nullptr or empty: none), read where this
+// linear's FP8 path reads its layout; xb: x's producer-made BF16 copy (or empty), read where this
+// linear would convert x to BF16.
+void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, Tensor xb, const LinearWeight& w) {
+  check_device(x, "linear", "x");
+  check_device(w.weight, "linear", "weight");
+  const int64_t in = w.in(), out = w.out();
+  const int64_t n = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  OSPREY_CHECK(x.size(-1) == in && y.numel() == n * out && is_f32_or_bf16(x.dtype) &&
+                   is_f32_or_bf16(y.dtype),
+               "linear: x ", shape_str(x.shape), " W ", shape_str(w.weight.shape), " y ",
+               shape_str(y.shape));
+  if (n == 0) return;
+  if (xq && xq->empty()) xq = nullptr;
+  switch (w.weight.dtype) {
+    case DType::F32:
+    case DType::BF16: {
+      const DType t = w.weight.dtype;
+      LtOperand a{w.weight.data, lt_type(t), true, in};
+      LtOperand b{x_as(x, t, xb), lt_type(t), false, in};
+      matmul_into(y, out, n, in, a, b);
+      return;
+    }
+    case DType::F8_E4M3: {
+      check_fp8_scales(w);
+      if (fp8_swapab_serves(n, out, in)) {
+        if (xq && xq->layout == Fp8Layout::Rows) {
+          fp8_act_rows(*xq, n, in, "linear");
+          swapab_linear(y, QuantizedX{xq->q.ptr<uint8_t>(), xq->s.f32()}, w, n);
+        } else {
+          swapab_linear(y, quantize_for_swapab(x, n, in), w, n);
+        }
+        return;
+      }
+      if (fp8_block_scaled(y, x, xq && xq->layout == Fp8Layout::Cols ? xq : nullptr, w, n)) {
+        g_last_path = "cublasLt-fp8-blockscaled";
+        return;
+      }
+      auto* wb = static_cast<bf16*>(scratch(kScratchGemmW, size_t(out * in) * sizeof(bf16)));
+      dequant_kernel<<<int(std::min<int64_t>((out * in + 255) / 256, 65536)), 256, 0, stream()>>>(
+          wb, w.weight.ptr<__nv_fp8_e4m3>(), w.scale_inv.f32(), out, in);
+      OSPREY_CUDA_LAUNCH_CHECK();
+      LtOperand a{wb, CUDA_R_16BF, true, in};
+      LtOperand b{x_as(x, DType::BF16, xb), CUDA_R_16BF, false, in};
+      matmul_into(y, out, n, in, a, b);
+      g_last_path = "dequant-bf16";
+      return;
+    }
+    default:
+      OSPREY_CHECK(false, "linear: unsupported weight dtype on CUDA ", dtype_name(w.weight.dtype));
+  }
+}
+
+void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearOut> outs) {
+  // A producer-made quantisation (xq) serves every linear whose path reads its layout. Without
+  // one: one quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
   // quantisation depends on x alone: the same x8 and scales as each linear's own); else a
   // linear() each. The shared x8 lives in kScratchGemmX, which the swap-AB launches only read.
   check_device(x, "linears", "x");
+  if (xq && xq->empty()) xq = nullptr;
   const int64_t in = x.size(-1);
   const int64_t n = x.numel() / std::max<int64_t>(in, 1);
-  bool shared = outs.size() > 1 && n > 0 && is_f32_or_bf16(x.dtype);
+  bool shared = xq == nullptr && outs.size() > 1 && n > 0 && is_f32_or_bf16(x.dtype);
   for (const LinearOut& o : outs) {
     const LinearWeight& w = *o.w;
     shared = shared && w.weight.dtype == DType::F8_E4M3 && w.weight.device == Device::CUDA &&
              w.in() == in && fp8_swapab_serves(n, w.out(), in);
   }
   if (!shared) {
-    for (const LinearOut& o : outs) linear(o.y, x, *o.w);
+    for (const LinearOut& o : outs) linear_impl(o.y, x, xq, xb, *o.w);
     return;
   }
   for (const LinearOut& o : outs) {
@@ -237,49 +329,18 @@ void linears(Tensor x, std::span<const LinearOut> outs) {
   const QuantizedX x8 = quantize_for_swapab(x, n, in);
   for (const LinearOut& o : outs) swapab_linear(o.y, x8, *o.w, n);
 }
+}  // namespace
+
+void linears(Tensor x, std::span<const LinearOut> outs) {
+  linears_impl(x, nullptr, Tensor{}, outs);
+}
+
+void linears(Tensor x, const Fp8Act& xq, Tensor x_bf16, std::span<const LinearOut> outs) {
+  linears_impl(x, &xq, x_bf16, outs);
+}
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
-  check_device(x, "linear", "x");
-  check_device(w.weight, "linear", "weight");
-  const int64_t in = w.in(), out = w.out();
-  const int64_t n = x.numel() / std::max<int64_t>(x.size(-1), 1);
-  OSPREY_CHECK(x.size(-1) == in && y.numel() == n * out && is_f32_or_bf16(x.dtype) &&
-                   is_f32_or_bf16(y.dtype),
-               "linear: x ", shape_str(x.shape), " W ", shape_str(w.weight.shape), " y ",
-               shape_str(y.shape));
-  if (n == 0) return;
-  switch (w.weight.dtype) {
-    case DType::F32:
-    case DType::BF16: {
-      const DType t = w.weight.dtype;
-      LtOperand a{w.weight.data, lt_type(t), true, in};
-      LtOperand b{x_as(x, t), lt_type(t), false, in};
-      matmul_into(y, out, n, in, a, b);
-      return;
-    }
-    case DType::F8_E4M3: {
-      check_fp8_scales(w);
-      if (fp8_swapab_serves(n, out, in)) {
-        swapab_linear(y, quantize_for_swapab(x, n, in), w, n);
-        return;
-      }
-      if (fp8_block_scaled(y, x, w, n)) {
-        g_last_path = "cublasLt-fp8-blockscaled";
-        return;
-      }
-      auto* wb = static_cast<bf16*>(scratch(kScratchGemmW, size_t(out * in) * sizeof(bf16)));
-      dequant_kernel<<<int(std::min<int64_t>((out * in + 255) / 256, 65536)), 256, 0, stream()>>>(
-          wb, w.weight.ptr<__nv_fp8_e4m3>(), w.scale_inv.f32(), out, in);
-      OSPREY_CUDA_LAUNCH_CHECK();
-      LtOperand a{wb, CUDA_R_16BF, true, in};
-      LtOperand b{x_as(x, DType::BF16), CUDA_R_16BF, false, in};
-      matmul_into(y, out, n, in, a, b);
-      g_last_path = "dequant-bf16";
-      return;
-    }
-    default:
-      OSPREY_CHECK(false, "linear: unsupported weight dtype on CUDA ", dtype_name(w.weight.dtype));
-  }
+  linear_impl(y, x, nullptr, Tensor{}, w);
 }
 
 }  // namespace osprey::ops::cuda

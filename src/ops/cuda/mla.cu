@@ -6,6 +6,9 @@
 //             q_abs[:, h, kv_lora:] = q[:, h, nope:]           (copy_rope_kernel)
 //   unabsorb: out[:, h, :] = o_lat[:, h, :] · W_UV_hᵀ          (W_UV_h = the next v rows)
 //   kv_b F32 or BF16; activations converted to kv_b's dtype; q_abs/out F32 (or BF16 when kv_b is).
+//   A BF16 kv_b with an F32 q: one kernel (split_q_kernel) writes both q's nope part as BF16 (the
+//   GEMM's operand: the rounding the conversion of q made, of the nope part only) and the rope part
+//   into q_abs; the conversion kernel and copy_rope_kernel are not launched.
 // mla_kv_write: mla_cache_write fused with the kv_a split, kv_a_norm and k_pe's rope (below).
 // mla_cache_write / mla_cache_gather: row copies with dtype conversion; cache F32 or BF16, or U8 =
 //   the FP8 format of ops/mla.h (per token kv_lora e4m3, kv_lora/128 fp32 tile scales, rope bf16).
@@ -70,6 +73,24 @@ __global__ void copy_rope_kernel(To* q_abs, const Ti* q, int64_t rows, int qk, i
   }
 }
 
+// q [rows, qk] F32 (rows = n_tokens · H) → q_nope [rows, nope] BF16 (round to nearest even) and
+// q_abs[r, kv_lora : kv_lora + rope] = q[r, nope:] (q_abs rows of `width`). Grid-stride over
+// rows × qk, 256 threads.
+template <typename To>
+__global__ void split_q_kernel(bf16* __restrict__ q_nope, To* __restrict__ q_abs,
+                               const float* __restrict__ q, int64_t rows, int qk, int nope,
+                               int width, int kv_lora) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * qk;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / qk;
+    const int c = int(i % qk);
+    if (c < nope)
+      q_nope[r * nope + c] = __float2bfloat16_rn(q[i]);
+    else
+      q_abs[r * width + kv_lora + (c - nope)] = from_f32<To>(q[i]);
+  }
+}
+
 __device__ __forceinline__ int64_t cache_row(const int32_t* block_table, int64_t max_blocks,
                                              int block_size, int s, int64_t j) {
   return int64_t(block_table[s * max_blocks + j / block_size]) * block_size + j % block_size;
@@ -113,32 +134,27 @@ void with_latent_rows(Tensor cache, int64_t kv_lora, F&& f) {
   });
 }
 
-// FP8 cache write (format in ops/mla.h), bit-identical to the CPU twin.
-//   For token t: per 128-value tile i of latent[t] (kv_lora values): amax_i = max |x|,
-//   s_i = max(amax_i / 448, FLT_MIN) (IEEE division), bytes e4m3_rne_sat(x / s_i); s_i as fp32 at
-//   kv_lora + 4·i; k_pe[t] (rope values) as bf16 (RNE) after the scales.
-//   latent [n_tokens, kv_lora], k_pe [n_tokens, rope] F32 or BF16; cache U8 rows of token_bytes at
-//   slot_mapping[t]. Grid [n_tokens], blockDim a multiple of 32: warp w quantizes tiles w, w + 4,
-//   ... (lane l holds values l + 32·k, k < 4); the threads then copy the rope part.
+// One token's slot of an FP8 latent cache (format in ops/mla.h), bit-identical to the CPU twin;
+// shared by cache_write_fp8_kernel and kv_write_fp8_kernel. x(c) gives latent value c < kv_lora,
+// pe(c) rope value c < rope, both as F32.
+//   Per 128-value tile i: amax_i = max |x|, s_i = max(amax_i / 448, FLT_MIN) (IEEE division),
+//   bytes e4m3_rne_sat(x / s_i); s_i as fp32 at kv_lora + 4·i; the rope values as bf16 (RNE) after
+//   the scales. blockDim a multiple of 32: warp w quantizes tiles w, w + n_warps, ... (lane l holds
+//   values l + 32·k, k < 4); the threads then write the rope part.
 //   Preconditions: kv_lora % 128 == 0, rope even (scales 4-byte aligned, rope 2-byte aligned).
-template <typename Ti>
-__global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __restrict__ latent,
-                                       const Ti* __restrict__ k_pe,
-                                       const int64_t* __restrict__ slots, int kv_lora, int rope,
-                                       int64_t token_bytes) {
+template <typename X, typename Pe>
+__device__ __forceinline__ void store_fp8_slot(uint8_t* __restrict__ dst, X x, Pe pe, int kv_lora,
+                                               int rope) {
   constexpr int kPerLane = int(kMlaFp8Tile) / 32;
-  const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
-  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   const int n_tiles = kv_lora / int(kMlaFp8Tile);
-  uint8_t* dst = cache + slots[t] * token_bytes;
   for (int tile = warp; tile < n_tiles; tile += n_warps) {
-    const Ti* x = latent + t * kv_lora + tile * kMlaFp8Tile;
+    const int c0 = tile * int(kMlaFp8Tile);
     float v[kPerLane];
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
-      v[k] = to_f32(x[lane + 32 * k]);
+      v[k] = x(c0 + lane + 32 * k);
       amax = fmaxf(amax, fabsf(v[k]));
     }
     amax = warp_max(amax);
@@ -146,12 +162,36 @@ __global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __
     const float s = s0 > FLT_MIN ? s0 : FLT_MIN;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k)
-      dst[tile * kMlaFp8Tile + lane + 32 * k] = f32_to_e4m3_dev(__fdiv_rn(v[k], s));
+      dst[c0 + lane + 32 * k] = f32_to_e4m3_dev(__fdiv_rn(v[k], s));
     if (lane == 0) *reinterpret_cast<float*>(dst + kv_lora + 4 * tile) = s;
   }
-  bf16* pe = reinterpret_cast<bf16*>(dst + kv_lora + 4 * n_tiles);
-  for (int c = threadIdx.x; c < rope; c += blockDim.x)
-    pe[c] = from_f32<bf16>(to_f32(k_pe[t * rope + c]));
+  bf16* out_pe = reinterpret_cast<bf16*>(dst + kv_lora + 4 * n_tiles);
+  for (int c = threadIdx.x; c < rope; c += blockDim.x) out_pe[c] = from_f32<bf16>(pe(c));
+}
+
+// One token's slot of a BF16/F32 latent cache: [kv_lora latent values, rope values] as Tc, from
+// value(c), c < kv_lora + rope, as F32 (block-strided). Shared by cache_write_kernel and
+// kv_write_kernel.
+template <typename Tc, typename V>
+__device__ __forceinline__ void store_slot(Tc* __restrict__ dst, V value, int width) {
+  for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = from_f32<Tc>(value(c));
+}
+
+// FP8 cache write: latent [n_tokens, kv_lora], k_pe [n_tokens, rope] F32 or BF16; cache U8 rows of
+// token_bytes at slot_mapping[t], written by store_fp8_slot. Grid [n_tokens], blockDim a multiple
+// of 32. Preconditions as store_fp8_slot's.
+template <typename Ti>
+__global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __restrict__ latent,
+                                       const Ti* __restrict__ k_pe,
+                                       const int64_t* __restrict__ slots, int kv_lora, int rope,
+                                       int64_t token_bytes) {
+  const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
+  const Ti* x = latent + t * kv_lora;
+  const Ti* pe = k_pe + t * rope;
+  store_fp8_slot(
+      cache + slots[t] * token_bytes, [&](int c) { return to_f32(x[c]); },
+      [&](int c) { return to_f32(pe[c]); }, kv_lora, rope);
 }
 
 template <typename Tc, typename Ti>
@@ -159,10 +199,12 @@ __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
                                    const int64_t* __restrict__ slots, int kv_lora, int rope) {
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
-  Tc* dst = cache + slots[t] * (kv_lora + rope);
-  for (int c = threadIdx.x; c < kv_lora + rope; c += blockDim.x)
-    dst[c] =
-        from_f32<Tc>(to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]));
+  store_slot(
+      cache + slots[t] * (kv_lora + rope),
+      [&](int c) {
+        return to_f32(c < kv_lora ? latent[t * kv_lora + c] : k_pe[t * rope + c - kv_lora]);
+      },
+      kv_lora + rope);
 }
 
 // mla_kv_write (ops/mla.h): one block (128 threads) per token. The row [kv_lora + rope] of kv is
@@ -212,8 +254,8 @@ __global__ void kv_write_kernel(Tc* __restrict__ cache, const Ti* __restrict__ k
   const int width = kv_lora + rope;
   kv_stage_row(row, kv + t * width, w, kv_lora, rope, eps, float(pos[t]), inv_freq, factor,
                interleaved);
-  Tc* dst = cache + slots[t] * width;
-  for (int c = threadIdx.x; c < width; c += blockDim.x) dst[c] = from_f32<Tc>(row[c]);
+  store_slot(
+      cache + slots[t] * width, [&](int c) { return row[c]; }, width);
 }
 
 template <typename Ti, typename W>
@@ -224,29 +266,13 @@ __global__ void kv_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __res
                                     float eps, float factor, bool interleaved,
                                     int64_t token_bytes) {
   extern __shared__ float row[];  // [kv_lora + rope]
-  constexpr int kPerLane = int(kMlaFp8Tile) / 32;
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;
   kv_stage_row(row, kv + t * (kv_lora + rope), w, kv_lora, rope, eps, float(pos[t]), inv_freq,
                factor, interleaved);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
-  const int n_tiles = kv_lora / int(kMlaFp8Tile);
-  uint8_t* dst = cache + slots[t] * token_bytes;
-  for (int tile = warp; tile < n_tiles; tile += n_warps) {
-    const float* x = row + tile * kMlaFp8Tile;
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) amax = fmaxf(amax, fabsf(x[lane + 32 * k]));
-    amax = warp_max(amax);
-    const float s0 = __fdiv_rn(amax, 448.0f);  // mla_fp8_scale (ops/mla.h), bit for bit
-    const float s = s0 > FLT_MIN ? s0 : FLT_MIN;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k)
-      dst[tile * kMlaFp8Tile + lane + 32 * k] = f32_to_e4m3_dev(__fdiv_rn(x[lane + 32 * k], s));
-    if (lane == 0) *reinterpret_cast<float*>(dst + kv_lora + 4 * tile) = s;
-  }
-  bf16* pe = reinterpret_cast<bf16*>(dst + kv_lora + 4 * n_tiles);
-  for (int c = threadIdx.x; c < rope; c += blockDim.x) pe[c] = from_f32<bf16>(row[kv_lora + c]);
+  store_fp8_slot(
+      cache + slots[t] * token_bytes, [&](int c) { return row[c]; },
+      [&](int c) { return row[kv_lora + c]; }, kv_lora, rope);
 }
 
 __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
@@ -524,6 +550,22 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
                "mla_absorb_q shapes/dtypes");
   if (n == 0) return;
   LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
+  if (kv_b.dtype == DType::BF16 && q.dtype == DType::F32) {
+    auto* q_nope = static_cast<bf16*>(
+        scratch(kScratchGemmX, size_t(n * H * nope) * sizeof(bf16)));  // [n, H, nope]
+    OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, {
+      split_q_kernel<To>
+          <<<int(std::min<int64_t>((n * H * qk + 255) / 256, 65536)), 256, 0, stream()>>>(
+              q_nope, static_cast<To*>(q_abs.data), q.f32(), n * H, int(qk), nope, int(width),
+              int(kv_lora));
+    });
+    OSPREY_CUDA_LAUNCH_CHECK();
+    LtOperand b{q_nope, CUDA_R_16BF, false, H * nope, nope};
+    OSPREY_CHECK(lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width,
+                           width, int(H)),
+                 "cuBLASLt refused the batched absorb GEMM");
+    return;
+  }
   LtOperand b{as_dtype(q, kv_b.dtype, kScratchGemmX), lt_type(kv_b.dtype), false, H * qk, qk};
   OSPREY_CHECK(
       lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width, int(H)),

@@ -416,8 +416,27 @@ int g_dense_groups = 2;  // k-blocks a stage on the dense path (bench variant: 1
 // Most tokens the dense path takes. 32: at 64 and 128 tokens cuBLASLt's block-scaled GEMM was
 // faster on most V3.2 shapes (H200, 2026-12-01, bench kernels --op gemm: e.g. q_a_proj at 64
 // tokens 21.9 us against 37.6, kv_a_proj 20.3 against 40.4); at 1 and 16 this kernel was faster
-// or equal on every shape. The bench raises it to compare.
-int64_t g_max_tokens = 32;
+// or equal on every shape. The bench raises it to compare. With one 64-token tile past 32 (the
+// weights streamed once) cuBLASLt still wins at 64 tokens (H200, 2026-12-03: q_a_proj 24.0 against
+// 39.5 us; the whole dsv32 B=64 graph step 9.89 ms with 32 here against 10.34 ms with 64), so 32
+// stays. OSPREY_FP8_SWAPAB_MAX_TOKENS=N (0..128) sets it for A/B runs of whole steps.
+int64_t g_max_tokens = -1;  // -1: not read yet (max_tokens() reads the environment once)
+int64_t max_tokens() {
+  if (g_max_tokens < 0) {
+    const char* e = std::getenv("OSPREY_FP8_SWAPAB_MAX_TOKENS");
+    int64_t v = 32;
+    if (e && *e) {
+      char* end = nullptr;
+      const long long x = std::strtoll(e, &end, 10);
+      OSPREY_CHECK(*end == 0 && x >= 0 && x <= kSwapAbMaxTokens,
+                   "OSPREY_FP8_SWAPAB_MAX_TOKENS must be an integer in 0..", kSwapAbMaxTokens,
+                   ", not '", e, "'");
+      v = x;
+    }
+    g_max_tokens = v;
+  }
+  return g_max_tokens;
+}
 
 bool g_enabled = [] {
   const char* e = std::getenv("OSPREY_FP8_SWAPAB");
@@ -464,8 +483,10 @@ template <int kG, typename Ty>
 void launch_dense(const Params& p, const dim3& grid, int bn) {
   if (bn == 16)
     launch<16, kDense, kG, Ty>(p, grid);
-  else
+  else if (bn == 32)
     launch<32, kDense, kG, Ty>(p, grid);
+  else
+    launch<64, kDense, kG, Ty>(p, grid);
 }
 
 // Splits of K for `tiles` blocks of nkb stages each: the fewest waves × (stages a split + the
@@ -506,7 +527,7 @@ bool fp8_swapab_enabled() {
 }
 
 bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K) {
-  return g_enabled && device_is_sm90() && n >= 1 && n <= g_max_tokens && N >= 1 &&
+  return g_enabled && device_is_sm90() && n >= 1 && n <= max_tokens() && N >= 1 &&
          K % kGroup == 0 && K > 0;
 }
 
@@ -530,9 +551,10 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
   OSPREY_CHECK(K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
                    N < (int64_t(1) << 31) && is_f32_or_bf16(y_type),
                "fp8_swapab_linear: n ", n, ", N ", N, ", K ", K);
-  // One token tile of 16 or 32; past 32 (a bench variant), tiles of 32 side by side (the grid's
-  // fastest dimension), so their weight reads after the first come from L2.
-  const int bn = n <= 16 ? 16 : 32;
+  // One token tile of 16, 32 or 64 (the weights stream from DRAM once); past 64, a bench variant,
+  // tiles of 64 side by side (the grid's fastest dimension), so their weight reads after the first
+  // come from L2.
+  const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
   const int64_t row_blocks = (N + kBM - 1) / kBM, ttiles = (n + bn - 1) / bn;
   const int nsb = int((K / kGroup + g_dense_groups - 1) / g_dense_groups);  // stages of K
   const int splits = choose_splits(row_blocks * ttiles, nsb);

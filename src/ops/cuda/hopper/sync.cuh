@@ -70,6 +70,14 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t
                "r"(src_bytes)
                : "memory");
 }
+// The same, with an L2 prefetch of the 256-byte block around the source (.L2::256B): a gathered
+// cache row is 1152 bytes (9 chunks of 128, each taken by 8 threads' 16-byte copies), so the
+// first copy to miss brings the row's neighbouring sectors into L2 with it.
+__device__ __forceinline__ void cp_async_16_pf256(void* dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
 // 4-byte global → shared copy through L1 (scales); src_bytes = 0 writes 4 zero bytes.
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),

@@ -29,6 +29,12 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// Brings global [p, p + bytes) into L2 with one bulk request (no destination, nothing to wait
+// for): p 16-byte aligned, bytes a multiple of 16.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // Loads the 3D box whose first element is at (x, y, z) (x innermost, in elements; any of them may
 // be negative or past the end: those elements are zero) into shared memory at dst, its bytes
 // completing on bar (which the caller armed with mbar_arrive_expect_tx).

@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include "core/cuda_driver.h"
 #include "core/error.h"
 
 namespace osprey::ops::cuda::hopper {
@@ -10,15 +11,9 @@ namespace osprey::ops::cuda::hopper {
 namespace {
 // cuTensorMapEncodeTiled through the runtime's driver entry point (CUDA 12.0's signature).
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 f = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                           cudaEnableDefault, &status);
-    OSPREY_CHECK(e == cudaSuccess && status == cudaDriverEntryPointSuccess && p,
-                 "TMA: the driver has no cuTensorMapEncodeTiled (", cudaGetErrorString(e), ")");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
+  static const auto f = osprey::cuda::driver_entry<PFN_cuTensorMapEncodeTiled_v12000>(
+      "cuTensorMapEncodeTiled", 12000);
+  OSPREY_CHECK(f, "TMA: the driver has no cuTensorMapEncodeTiled (CUDA 12.0 ABI)");
   return f;
 }
 }  // namespace

@@ -20,7 +20,12 @@
 //   block into one of kStages shared-memory tiles (BF16: cp.async; FP8: 16-byte loads dequantised
 //   to BF16; rows not attended are zero and flagged invalid), then arrives on the stage's `full`
 //   mbarrier. (The seesaw kernel's dense BF16 tiles can instead come by TMA, one thread issuing
-//   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, OSPREY_MLA_DENSE_TMA.)
+//   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, the default;
+//   OSPREY_MLA_DENSE_TMA=0 keeps the cp.async gathers.)
+//   (Prompt chunks on a BF16 cache can take the seesaw kernel's prefill variant instead,
+//   OSPREY_MLA_PREFILL=pipelined: fills in release order, 8-thread row gathers, batched Q staging,
+//   Q's rope in shared memory, the next token's Q prefetched; described before
+//   mla_seesaw_sm90_kernel.)
 //   Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64 heads and the
 //   key block:
 //     S_w = Q [64 × 576] · K[32 keys of half w]ᵀ     wgmma m64n32k16, 36 k-steps, both from smem
@@ -529,9 +534,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 // memory holds P_b. Named barriers hand off sM / sc0, sc1, P_a and P_b between the two warpgroups.
 // Producers (template kTma): the 128 producer threads' cp.async gathers (row by row through
 // block_table or top-k; every call), or for dense decode on a cache whose block_size is a
-// multiple of 64, one thread's TMA boxes (tma_producer; OSPREY_MLA_DENSE_TMA=1, default off until
-// measured): the second kernel parameter is then the cache's CUtensorMap ([n_blocks, block_size,
-// 576] BF16, box [1, 64, 64], SW128, built and cached on the host by dense_kv_map), passed by value
+// multiple of 64, one thread's TMA boxes (tma_producer; the default since it measured faster at
+// every dense shape on the H200, e.g. B=64 ctx 5000 213.5 vs 254.0 µs, 2026-12-03,
+// bench/RESULTS.md; OSPREY_MLA_DENSE_TMA=0 keeps cp.async): the second kernel parameter is then the
+// cache's CUtensorMap ([n_blocks, block_size, 576] BF16, box [1, 64, 64], SW128, built and cached
+// on the host by dense_kv_map), passed by value
 // (__grid_constant__) so that a captured graph keeps it; the cp.async variant gets an empty one.
 // The TMA variant splits the register pool 24 / 240 instead of 56 / 224 (no consumer spills).
 namespace seesaw {
@@ -586,22 +593,27 @@ __device__ __forceinline__ void load_half(uint8_t* tile, const Params& a, int r,
 }
 
 // S = Q · Kᵀ over one tile, chunk by chunk as each lands (its full barrier, phase ph): chunks 0–7
-// with Q from shared memory, chunk 8 (the rope) with Q from the registers rq.
+// with Q from shared memory, chunk 8 (the rope) with Q from the registers rq. kRightFirst takes
+// the R half (chunks 4–8) before the L half (0–3): the prefill variant's WG1, whose tile b gets
+// its R half first (see pipelined_producer). kRopeSmem: Q's rope chunk from shared memory too
+// (the prefill variant, whose Q tile holds all 9 chunks).
+template <bool kRightFirst = false, bool kRopeSmem = false>
 __device__ __forceinline__ void qk_tile(float (&s)[32], const uint8_t* q, const uint8_t* kv,
                                         const uint32_t (&rq)[4][4], uint64_t* full, uint32_t ph) {
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = kRightFirst ? (j + kLChunks) % kChunks : j;
     hw::mbar_wait(&full[c], ph);
     hw::fence_proxy_async();  // the chunk's cp.async bytes (generic proxy), read by wgmma next
-    if (c == 0) hw::wgmma_fence();
+    if (j == 0) hw::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t db = hw::sw128_desc(kv + c * kChunkBytes + kk * 32, 16, 1024);
-      if (c < kChunks - 1)
+      if (kRopeSmem || c < kChunks - 1)
         hw::wgmma_m64n64k16_bf16_ss(s, hw::sw128_desc(q + c * kChunkBytes + kk * 32, 16, 1024), db,
-                                    c > 0 || kk > 0);
+                                    j > 0 || kk > 0);
       else
-        hw::wgmma_m64n64k16_bf16_rs(s, rq[kk], db, true);
+        hw::wgmma_m64n64k16_bf16_rs(s, rq[kk], db, j > 0 || kk > 0);
     }
   }
 }
@@ -680,10 +692,11 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float f0, float f1) {
 
 // S = Q · Kᵀ over the tile in `stage` (phase ph), chunk by chunk as they land, then masked,
 // scaled to base 2, and the row maxima of rows r0 / r0 + 8 (mask_max).
+template <bool kRightFirst = false, bool kRopeSmem = false>
 __device__ __forceinline__ void score_tile(float (&s)[32], Smem& sm, int stage, uint32_t ph,
                                            const uint32_t (&rq)[4][4], float scale_log2, int cq,
                                            float& mx0, float& mx1) {
-  qk_tile(s, sm.q, sm.kv[stage], rq, sm.full[stage], ph);
+  qk_tile<kRightFirst, kRopeSmem>(s, sm.q, sm.kv[stage], rq, sm.full[stage], ph);
   hw::wgmma_commit();
   hw::wgmma_wait<0>();
   hw::fence_regs(s);
@@ -784,10 +797,191 @@ __device__ __forceinline__ void tma_producer(Smem& sm, const Params& a, const CU
   }
 }
 
-template <typename Tq, typename To, bool kSparse, bool kTma>
+// ---- The prefill variant (kPipelined; OSPREY_MLA_PREFILL=pipelined, BF16 sparse calls with more
+// query tokens than sequences): the same math, consumers and barriers; four changes, after a
+// reading of FlashMLA's SM90 sparse prefill schedule (docs/20250422-new-kernel-deep-dive.md,
+// csrc/sm90/prefill/sparse/phase1.cuh):
+//  1. Fill order = release order. The halves of a pair (a in stage 0, b in stage 1) are released
+//     at a.L (WG0, after P_a·V_aL, ~40% into the pair), b.R (WG1, after P_b·V_bR, ~70%), a.R and
+//     b.L (the pair's end). The default producer fills a.L, a.R, b.L, b.R, so after a.L it waits
+//     for the pair's end and all of b is gathered after it: WG1's next S_b waits for a whole
+//     tile. Here the producer fills a.L, b.R, a.R, b.L and WG1 scores b R half first
+//     (qk_tile<true>), so at a pair boundary only a.R and b.L are still in flight and each
+//     warpgroup starts its next S on a half that landed during the previous pair.
+//  2. Coalesced gathers. Thread pt = 8·grp + u copies 16-byte unit u of each 128-byte chunk of
+//     rows grp + 16·k (k = 0..3): a warp's cp.async covers 4 whole row chunks (16 full 32-byte
+//     sectors) instead of 16 rows' half sectors (the default's thread pair per row, 4 consecutive
+//     units each), and each copy prefetches its 256-byte L2 block (cp_async_16_pf256). A pair's
+//     64·2 row lookups are one per producer thread (pair_row), before the first wait.
+//  3. Q staged with every load of a batch in flight (stage_q_batched): stage_q issues one global
+//     load per st.shared (an asm with a memory clobber, which no load crosses): 16 round trips a
+//     token; here 2 (BF16 q) or 3 (F32 q).
+//  4. Q's rope chunk stays in shared memory (the Q tile holds all 9 chunks; chunk 8 by wgmma ss
+//     like the others) and P_a lives in tile a's rope chunk (stage 0, chunk 8: only WG0's S_a reads
+//     it, and the producer refills it only after WG1 has released a's R half, after P_a·V_aR),
+//     P_b in p0. The 16 registers of rq go, so the consumers fit 216 registers with no spill and
+//     the producer gets 72.
+//  5. The next token's Q and top-k row are prefetched into L2 (one bulk prefetch each, by the
+//     producer as it starts a token), so the token boundary's Q staging and first lookups hit L2.
+// Split partials, the padding tile of an odd run, the epilogue: as in the default kernel.
+// Registers: the variant's consumers hold no Q rope (16 fewer than the default's) and fit in 216
+// without spilling; its producer, 8 lookups and 4 rows a half, spills 12 bytes at 56 and none at
+// 72 (ptxas -v, CUDA 13.0): 128·72 + 256·216 = 384·168.
+constexpr int kPipeProducerRegs = 72, kPipeConsumerRegs = 216;
+static_assert(128 * kPipeProducerRegs + 256 * kPipeConsumerRegs <= 384 * 168, "setmaxnreg pool");
+constexpr int kGatherLanes = 8;  // threads per 128-byte row chunk: one 16-byte unit each
+constexpr int kGatherGroups = kProducerThreads / kGatherLanes;  // 16 rows per copy instruction set
+constexpr int kRowsPerThread = kBlockN / kGatherGroups;         // 4: rows grp + 16·k
+static_assert(kGatherLanes * 16 == 128 && kRowsPerThread * kGatherGroups == kBlockN &&
+                  2 * kRowsPerThread == kGatherLanes,
+              "gather map: a group's 8 lanes look up the 2 × 4 rows of a pair");
+
+// The rows of a pair (tiles b, b + 1; b + 1 ≥ the run's end: the padding tile, no row) are looked
+// up once, one per lane: lane u of group grp finds the cache row of row grp + 16·(u & 3) of tile
+// b + (u >> 2) (its top-k entry, then the block table), or −1 for an entry not attended. A half's
+// gather takes the group's 4 rows of its tile from those lanes by shuffles: only this one value
+// lives across the pair (8 rows kept in registers made the 56-register producer spill).
+// 32-bit arithmetic: positions are I32, and a cache of 2^31 rows would be 2.4 TB.
+template <bool kSparse>
+__device__ __forceinline__ int32_t pair_row(const Params& a, int t, const TokenRun& run, int b,
+                                            int grp, int u) {
+  const int mb = b + (u >> 2), i = mb * kBlockN + grp + kGatherGroups * (u & 3);
+  int32_t row = -1;
+  if (mb < run.b1 && i < run.L) {
+    const int32_t j = kSparse ? a.topk[int64_t(t) * a.topk_k + i] : int32_t(i);
+    if (j >= 0 && j <= run.p) {
+      const uint32_t bs = uint32_t(a.block_size), uj = uint32_t(j);
+      row =
+          a.block_table[int64_t(run.seq) * a.max_blocks + uj / bs] * int32_t(bs) + int32_t(uj % bs);
+    }
+  }
+  return row;
+}
+// Chunks [kC0, kC1) of tile kB (0 = a, 1 = b) of the pair: per chunk 4 copies (one per row
+// grp + 16·k) of this thread's unit u, then an arrival on the chunk's full barrier when they land
+// (noinc, as load_half). kValid: first the tile's valid flags (the group's lane 0 writes its 4
+// rows'), before its first copies; the consumers read them after every chunk's full barrier.
+// An entry not attended reads 0 bytes (from the cache's first row) and zeroes its 16 bytes.
+template <int kB, int kC0, int kC1, bool kValid>
+__device__ __forceinline__ void gather_chunks(uint8_t* tile, uint8_t* valid, const Params& a,
+                                              int32_t mine, int grp, int u, int lane,
+                                              uint64_t* full) {
+  const int src_lane = (lane & ~(kGatherLanes - 1)) + kB * kRowsPerThread;
+  int32_t row[kRowsPerThread];
+#pragma unroll
+  for (int k = 0; k < kRowsPerThread; ++k) row[k] = __shfl_sync(0xffffffffu, mine, src_lane + k);
+  if (kValid && u == 0) {
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) valid[grp + kGatherGroups * k] = row[k] >= 0 ? 1 : 0;
+  }
+  const uint32_t sw = uint32_t(grp & 7);  // (grp + 16·k) & 7: the SW128 row phase of every row
+#pragma unroll
+  for (int c = kC0; c < kC1; ++c) {
+#pragma unroll
+    for (int k = 0; k < kRowsPerThread; ++k) {
+      const int r = grp + kGatherGroups * k;
+      const bool ok = row[k] >= 0;
+      const uint8_t* src = a.cache + int64_t(ok ? row[k] : 0) * a.token_bytes + c * 128 + u * 16;
+      hw::cp_async_16_pf256(tile + c * kChunkBytes + r * 128 + ((uint32_t(u) ^ sw) << 4), src,
+                            ok ? 16u : 0u);
+    }
+    hw::cp_async_arrive_noinc(&full[c]);
+  }
+}
+
+// The next token's Q rows of this CTA's heads (heads 64·g .. , contiguous: [nh, 576] of Tq) and
+// its top-k row into L2, by one thread as the producer starts token t: the consumers stage that
+// Q about a token later, and the producer's first lookups of t + 1 read that row. Skipped where
+// an address or size is not a multiple of 16 bytes (the bulk prefetch's requirement).
+template <typename Tq, bool kSparse>
+__device__ __forceinline__ void prefetch_next_token(const Params& a, int t, int g) {
+  const int tn = t + 1;
+  if (tn >= a.n_tokens) return;
+  const int nh = min(kHeadsPerCta, a.H - g * kHeadsPerCta);
+  const uint8_t* q = static_cast<const uint8_t*>(a.q) +
+                     (int64_t(tn) * a.H + g * kHeadsPerCta) * kWidth * int64_t(sizeof(Tq));
+  if ((reinterpret_cast<uintptr_t>(q) & 15u) == 0)  // rows are 1152 or 2304 bytes
+    hw::bulk_prefetch_l2(q, uint32_t(nh * kWidth * int(sizeof(Tq))));
+  if constexpr (kSparse) {
+    const int32_t* row = a.topk + int64_t(tn) * a.topk_k;
+    if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0 && (a.topk_k & 3) == 0)
+      hw::bulk_prefetch_l2(row, uint32_t(a.topk_k * 4));
+  }
+}
+
+// The variant's producer (128 threads): pair after pair (tile a = 2·i in stage 0, b = 2·i + 1 in
+// stage 1; an odd run's last b is the padding tile, no row attended), halves in release order;
+// at each token, thread 0 prefetches the next token's Q and top-k row (prefetch_next_token).
+template <typename Tq, bool kSparse>
+__device__ __forceinline__ void pipelined_producer(Smem& sm, const Params& a, int pt, int t_first,
+                                                   int32_t w0, int32_t w1, int g) {
+  const int grp = pt / kGatherLanes, u = pt % kGatherLanes, lane = pt % 32;
+  uint32_t pair = 0;
+  for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
+    const TokenRun run = token_run<kSparse>(a, t, w0, w1);
+    if (pt == 0 && a.cum[t + 1] < w1) prefetch_next_token<Tq, kSparse>(a, t, g);
+    for (int b = run.b0; b < run.b1; b += 2, ++pair) {
+      const uint32_t ph = (pair & 1u) ^ 1u;  // the empty barriers' phase to wait for
+      const int32_t mine = pair_row<kSparse>(a, t, run, b, grp, u);
+      hw::mbar_wait(&sm.empty_l[0], ph);  // a.L: WG0 is past P_a·V_aL of the previous pair
+      gather_chunks<0, 0, kLChunks, true>(sm.kv[0], sm.valid[0], a, mine, grp, u, lane, sm.full[0]);
+      hw::mbar_wait(&sm.empty_r[1], ph);  // b.R: WG1 is past P_b·V_bR
+      gather_chunks<1, kLChunks, kChunks, true>(sm.kv[1], sm.valid[1], a, mine, grp, u, lane,
+                                                sm.full[1]);
+      hw::mbar_wait(&sm.empty_r[0], ph);  // a.R: WG1's last MMA of the pair
+      gather_chunks<0, kLChunks, kChunks, false>(sm.kv[0], nullptr, a, mine, grp, u, lane,
+                                                 sm.full[0]);
+      hw::mbar_wait(&sm.empty_l[1], ph);  // b.L: WG0's last MMA of the pair
+      gather_chunks<1, 0, kLChunks, false>(sm.kv[1], nullptr, a, mine, grp, u, lane, sm.full[1]);
+    }
+  }
+}
+
+// Q of token t, heads 64·g .. 64·g + 63, all 576 columns as BF16 into the SW128 tile q (rows past
+// H zero), by the 256 consumer threads: as stage_q<Tq, 72>, with the loads of kBatch units in
+// registers before their stores (BF16 q: 9 units = 36 registers, 2 round trips; F32: 6 units =
+// 48 registers, 3 round trips).
+template <typename Tq>
+__device__ __forceinline__ void stage_q_batched(uint8_t* q, const Params& a, int t, int g) {
+  constexpr int kUnits = kWidth / 8;                                    // 16-byte BF16 units
+  constexpr int kPerThread = kHeadsPerCta * kUnits / kConsumerThreads;  // 18
+  constexpr int kBatch = sizeof(Tq) == 4 ? kPerThread / 3 : kPerThread / 2;
+  static_assert(kPerThread % kBatch == 0, "whole batches");
+#pragma unroll
+  for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int un = int(threadIdx.x) + (b0 + i) * kConsumerThreads;
+      const int hr = un / kUnits, cu = un % kUnits, h = g * kHeadsPerCta + hr;
+      v[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (h < a.H) {
+        const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
+        if constexpr (sizeof(Tq) == 4) {
+          const float4 x = __ldg(reinterpret_cast<const float4*>(src));
+          const float4 y = __ldg(reinterpret_cast<const float4*>(src) + 1);
+          v[i] = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
+        } else {
+          v[i] = __ldg(reinterpret_cast<const uint4*>(src));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int un = int(threadIdx.x) + (b0 + i) * kConsumerThreads;
+      const int hr = un / kUnits, cu = un % kUnits;
+      hw::st_shared_16(
+          q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v[i]);
+    }
+  }
+}
+
+// kPipelined: the prefill variant above (its producer, WG1's R-first S_b, stage_q_batched).
+template <typename Tq, typename To, bool kSparse, bool kTma, bool kPipelined = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_seesaw_sm90_kernel(const Params a, const __grid_constant__ CUtensorMap kv_map) {
   static_assert(!(kSparse && kTma), "TMA tiles are 64 consecutive rows: dense decode only");
+  static_assert(!(kTma && kPipelined), "the prefill variant gathers with cp.async");
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
@@ -810,11 +1004,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 
   if (wg == 2) {  // ---- producer warpgroup ----
-    hw::regs_dealloc<kTma ? kTmaProducerRegs : kProducerRegs>();
+    hw::regs_dealloc<kPipelined ? kPipeProducerRegs : kTma ? kTmaProducerRegs : kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, hh = pt & 1;
     if constexpr (kTma) {
       if (pt == 0) tma_producer(sm, a, &kv_map, t_first, w0, w1);
       return;  // the other 127 threads have nothing to do; the CTA lives on with the consumers
+    }
+    if constexpr (kPipelined) {
+      pipelined_producer<Tq, kSparse>(sm, a, pt, t_first, w0, w1, g);
+      hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
+      return;
     }
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
@@ -840,19 +1039,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumer warpgroups ----
-  hw::regs_alloc<kTma ? kTmaConsumerRegs : kConsumerRegs>();
+  hw::regs_alloc<kPipelined ? kPipeConsumerRegs : kTma ? kTmaConsumerRegs : kConsumerRegs>();
   const int w = wg, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);
-  uint8_t* const p1 = sm.q + (kChunks - 1) * kChunkBytes;  // P_b, in Q's rope chunk
+  // P_a and P_b [64 × 64] BF16 SW128. Default: P_a in p0, P_b in Q's rope chunk (Q's rope lives
+  // in registers, rq). Prefill variant: Q whole in shared memory, P_a in tile a's rope chunk
+  // (stage 0, chunk 8: read by WG0's S_a only, and not refilled before WG1 releases a's R half
+  // after P_a·V_aR), P_b in p0.
+  uint8_t* const pa = kPipelined ? sm.kv[0] + (kChunks - 1) * kChunkBytes : sm.p0;
+  uint8_t* const pb = kPipelined ? sm.p0 : sm.q + (kChunks - 1) * kChunkBytes;
   int it = 0;
   for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
     const int32_t c0 = a.cum[t];
     const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
 
-    stage_q<Tq, kLat / 8>(sm.q, a, t, g);  // Q chunks 0–7 [64 heads × 512]; m = −∞ below
-    uint32_t rq[4][4];                     // Q's rope chunk, kept in registers for the token
-    load_q_rope<Tq>(a, t, g, r0, cq, rq);
+    if constexpr (kPipelined)  // Q [64 heads × 576] (default: chunks 0–7); m = −∞ below
+      stage_q_batched<Tq>(sm.q, a, t, g);
+    else
+      stage_q<Tq, kLat / 8>(sm.q, a, t, g);
+    uint32_t rq[4][4] = {};  // Q's rope chunk, kept in registers for the token (default kernel)
+    if constexpr (!kPipelined) load_q_rope<Tq>(a, t, g, r0, cq, rq);
     if (tid < kHeadsPerCta) sm.m[tid] = -INFINITY;
     hw::fence_proxy_async();
     hw::named_barrier(kBarQ, kConsumerThreads);
@@ -870,7 +1077,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (w == 0) {
         // S_a = Q · K_aᵀ, half by half as they land.
         float mx0, mx1;
-        score_tile(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
+        score_tile<false, kPipelined>(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
         float ref0, ref1, sc0_0, sc0_1;
         raise_max(sm, sm.scale0, r0, mx0, mx1, ref0, ref1, sc0_0, sc0_1);
         hw::named_arrive(kBarScale0, kConsumerThreads);
@@ -889,7 +1096,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hw::mbar_arrive(&sm.empty_l[sa]);  // a's L half: S_a and V_aL were its last readers
         hw::named_barrier(kBarScale1, kConsumerThreads);
         const float sc1_0 = sm.scale1[r0], sc1_1 = sm.scale1[r1];
-        store_p_scaled(sm.p0, pk, sc1_0, sc1_1, r0, cq);  // P_a · sc1, for WG1's V_aR
+        store_p_scaled(pa, pk, sc1_0, sc1_1, r0, cq);  // P_a · sc1, for WG1's V_aR
         hw::fence_proxy_async();
         hw::named_arrive(kBarP0, kConsumerThreads);
         l0 *= sc1_0;
@@ -899,14 +1106,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         hw::fence_proxy_async();  // b's cp.async bytes (WG1 waited for them), read by wgmma here
         hw::fence_regs(o);
         hw::wgmma_fence();
-        pv_smem(o, p1, sm.kv[sb], 0);  // O_L += P_b · V_bL
+        pv_smem(o, pb, sm.kv[sb], 0);  // O_L += P_b · V_bL
         hw::wgmma_commit();
         hw::wgmma_wait<0>();
         hw::fence_regs(o);
         hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
       } else {
         float mx0, mx1;
-        score_tile(s, sm, sb, phb, rq, a.scale_log2, cq, mx0, mx1);
+        score_tile<kPipelined, kPipelined>(s, sm, sb, phb, rq, a.scale_log2, cq, mx0, mx1);
         hw::named_barrier(kBarScale0, kConsumerThreads);
         hw::fence_proxy_async();  // a's cp.async bytes (WG0 waited for them), read by wgmma here
         float ref0, ref1, sc1_0, sc1_1;
@@ -918,7 +1125,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         l0 = l0 * f0 + e0;
         l1 = l1 * f1 + e1;
         scale_o(o, f0, f1);
-        store_p(p1, s, r0, cq);
+        store_p(pb, s, r0, cq);
         hw::fence_proxy_async();
         pack_p(s, pk);
         hw::fence_regs(o);
@@ -926,7 +1133,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pv_regs(o, pk, sm.kv[sb], 1);  // O_R += P_b · V_bR
         hw::wgmma_commit();
         hw::named_barrier(kBarP0, kConsumerThreads);
-        pv_smem(o, sm.p0, sm.kv[sa], 1);  // O_R += P_a · V_aR
+        pv_smem(o, pa, sm.kv[sa], 1);  // O_R += P_a · V_aR
         hw::wgmma_commit();
         hw::named_arrive(kBarP1, kConsumerThreads);
         hw::wgmma_wait<1>();
@@ -967,11 +1174,12 @@ bool g_seesaw = [] {
   return !(e && std::string_view(e) == "lockstep");
 }();
 
-// OSPREY_MLA_DENSE_TMA=1 loads the seesaw kernel's dense tiles with TMA (one thread, 9 boxes a
-// tile) instead of the 128 producer threads' cp.async gathers; set_mla_dense_tma() for the tests.
+// The seesaw kernel's dense tiles come by TMA (one thread, 9 boxes a tile) unless
+// OSPREY_MLA_DENSE_TMA=0 asks for the 128 producer threads' cp.async gathers (A/B runs);
+// set_mla_dense_tma() for the tests.
 bool g_dense_tma = [] {
   const char* e = std::getenv("OSPREY_MLA_DENSE_TMA");
-  return e && e[0] == '1';
+  return !(e && e[0] == '0');
 }();
 
 // The TMA map of a BF16 latent cache [n_blocks, block_size, 576] (rows 1152 bytes apart) in boxes
@@ -1011,9 +1219,20 @@ CUtensorMap dense_kv_map(const void* base, int64_t n_blocks, int block_size) {
   return map;
 }
 
-// kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null.
+// The sparse prefill kernel (hooks.h: MlaPrefillKernel): OSPREY_MLA_PREFILL=pipelined sends BF16
+// sparse calls with more query tokens than sequences (prompt chunks; MTP verify steps too) to the
+// seesaw kernel's prefill variant; unset or `seesaw`, the seesaw kernel as for decode.
+MlaPrefillKernel g_prefill_kernel = [] {
+  const char* e = std::getenv("OSPREY_MLA_PREFILL");
+  return e && std::string_view(e) == "pipelined" ? MlaPrefillKernel::Pipelined
+                                                 : MlaPrefillKernel::Seesaw;
+}();
+int64_t g_prefill_variant_calls = 0;
+
+// kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. pipelined: a
+// sparse BF16 call taking the prefill variant.
 template <typename Tq, typename To, bool kFp8, bool kSparse>
-void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map) {
+void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, bool pipelined) {
   auto* k = mla_decode_sm90_kernel<Tq, To, kFp8, kSparse>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(
@@ -1026,6 +1245,10 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map) {
         OSPREY_CUDA_CHECK(cudaFuncSetAttribute(seesaw::mla_seesaw_sm90_kernel<Tq, To, false, true>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(seesaw::kSmemBytes)));
+      else
+        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(
+            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>,
+            cudaFuncAttributeMaxDynamicSharedMemorySize, int(seesaw::kSmemBytes)));
     }
     return true;
   }();
@@ -1042,6 +1265,15 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map) {
           return;
         }
       }
+      if constexpr (kSparse) {
+        if (pipelined) {
+          seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>
+              <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+          OSPREY_CUDA_LAUNCH_CHECK();
+          ++g_prefill_variant_calls;
+          return;
+        }
+      }
       seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false>
           <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
       OSPREY_CUDA_LAUNCH_CHECK();
@@ -1053,20 +1285,36 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map) {
 }
 
 template <typename Tq, typename To>
-void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map) {
+void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map,
+                 bool pipelined) {
   if (fp8) {
     if (sparse)
-      launch<Tq, To, true, true>(a, grid, nullptr);
+      launch<Tq, To, true, true>(a, grid, nullptr, false);
     else
-      launch<Tq, To, true, false>(a, grid, nullptr);
+      launch<Tq, To, true, false>(a, grid, nullptr, false);
   } else {
     if (sparse)
-      launch<Tq, To, false, true>(a, grid, nullptr);
+      launch<Tq, To, false, true>(a, grid, nullptr, pipelined);
     else
-      launch<Tq, To, false, false>(a, grid, kv_map);
+      launch<Tq, To, false, false>(a, grid, kv_map, false);
   }
 }
 }  // namespace
+
+MlaPrefillKernel set_mla_prefill_kernel(MlaPrefillKernel k) {
+  const MlaPrefillKernel was = g_prefill_kernel;
+  g_prefill_kernel = k;
+  return was;
+}
+MlaPrefillKernel mla_prefill_kernel() {
+  return g_prefill_kernel;
+}
+const char* mla_prefill_kernel_name(MlaPrefillKernel k) {
+  return k == MlaPrefillKernel::Pipelined ? "pipelined" : "seesaw";
+}
+int64_t mla_prefill_variant_calls() {
+  return g_prefill_variant_calls;
+}
 
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
@@ -1152,17 +1400,20 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
     kv_map = dense_kv_map(cache.data, rows / m.block_size, m.block_size);
     map = &kv_map;
   }
+  // The prefill variant: chosen, and a BF16 sparse call with a sequence of several query tokens.
+  const bool pipelined = g_prefill_kernel == MlaPrefillKernel::Pipelined && g_seesaw && sparse &&
+                         !fp8 && m.n_tokens > m.n_seqs;
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {
     if (out_bf16)
-      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map);
+      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map, pipelined);
     else
-      launch_kind<bf16, float>(a, grid, fp8, sparse, map);
+      launch_kind<bf16, float>(a, grid, fp8, sparse, map, pipelined);
   } else {
     if (out_bf16)
-      launch_kind<float, bf16>(a, grid, fp8, sparse, map);
+      launch_kind<float, bf16>(a, grid, fp8, sparse, map, pipelined);
     else
-      launch_kind<float, float>(a, grid, fp8, sparse, map);
+      launch_kind<float, float>(a, grid, fp8, sparse, map, pipelined);
   }
   mla_combine_splits(out.data, out_bf16, a.lse, a.part_o, a.part_lse, plan, int(H), kLat);
   ++g_sm90_calls;

@@ -20,6 +20,17 @@ bool set_mla_dense_tma(bool enabled);
 bool mla_dense_tma_enabled();
 // How many TMA maps of latent caches have been encoded (one per (cache, n_blocks, block_size)).
 int64_t mla_dense_tma_map_builds();
+// The absorbed sparse prefill kernel on a BF16 cache (decode_sm90.cu): Seesaw, the decode kernel
+// as it is (the default), or Pipelined, its prefill variant (fills in release order, coalesced
+// gathers, batched Q staging). OSPREY_MLA_PREFILL=pipelined sets Pipelined at start-up. The
+// variant takes sparse BF16 calls with more query tokens than sequences; decode calls (one token
+// a sequence), FP8 caches and dense calls keep their kernels. Returns the previous setting.
+enum class MlaPrefillKernel { Seesaw, Pipelined };
+MlaPrefillKernel set_mla_prefill_kernel(MlaPrefillKernel k);
+MlaPrefillKernel mla_prefill_kernel();
+const char* mla_prefill_kernel_name(MlaPrefillKernel k);
+// How many calls the prefill variant has served.
+int64_t mla_prefill_variant_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
 
