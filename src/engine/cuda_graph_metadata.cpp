@@ -33,6 +33,13 @@ std::string cuda_graph_ineligible(const ForwardBatch& b) {
   return "";
 }
 
+int64_t cuda_graph_crossed_threshold(int64_t real, int64_t padded,
+                                     const std::vector<int64_t>& thresholds) {
+  for (int64_t t : thresholds)
+    if (real <= t && t < padded) return t;
+  return 0;
+}
+
 int cuda_graph_tokens_per_seq(const ForwardBatch& b) {
   return b.attn.n_seqs > 0 ? b.attn.n_tokens / b.attn.n_seqs : 0;
 }

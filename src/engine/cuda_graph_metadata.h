@@ -28,6 +28,7 @@
 #include <compare>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/speculative_config.h"
 #include "model/forward_batch.h"
@@ -52,6 +53,14 @@ struct GraphKey {
 std::string cuda_graph_ineligible(const ForwardBatch& b);
 // q of an eligible batch (n_tokens / n_seqs).
 int cuda_graph_tokens_per_seq(const ForwardBatch& b);
+// The first of `thresholds` (ascending token counts where an op changes kernels:
+// ops::cuda::token_path_thresholds) that a step of `real` tokens padded to `padded` would cross
+// (real ≤ T < padded), or 0 when none: padding across one would compute the real rows with other
+// arithmetic than the eager step, so the graph runner runs such a step eagerly. Decode buckets
+// never cross the default thresholds (32 and 128 are capture sizes); verify steps of q tokens a
+// sequence can (9 sequences of 3 tokens = 27 padded to 16 × 3 = 48 crosses 32).
+int64_t cuda_graph_crossed_threshold(int64_t real, int64_t padded,
+                                     const std::vector<int64_t>& thresholds);
 
 // A bucket's host staging: its pieces (laid out as above) and what the last staging left.
 struct GraphMetadataHost {

@@ -10,6 +10,7 @@
 #ifdef OSPREY_WITH_CUDA
 #include "core/device_buffer.h"
 #include "ops/cuda/graph_hooks.h"
+#include "ops/gemm.h"
 #endif
 
 namespace osprey {
@@ -337,6 +338,8 @@ bool CudaGraphRunner::forward(const ForwardBatch& batch, PagedKVCache& cache, Te
   const int Bp = cuda_graph_bucket(sizes_, B);
   if (Bp == 0) return eager("batch larger than every capture size");
   const int64_t rows = int64_t(Bp) * q;  // tokens of the padded step: logits and hidden rows
+  if (cuda_graph_crossed_threshold(int64_t(B) * q, rows, ops::cuda::token_path_thresholds()) != 0)
+    return eager("padding would cross a linear's kernel threshold (other arithmetic than eager)");
   if (logits.device != Device::CUDA || logits.dtype != DType::F32)
     return eager("logits not F32 on the GPU");
   if (logits.size(0) < rows) return eager("logits buffer smaller than the bucket");

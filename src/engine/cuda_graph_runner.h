@@ -10,7 +10,12 @@
 // Buckets are vLLM's capture sizes up to max_num_seqs: 1, 2, 4, then every 8 (and max_num_seqs
 // itself). A step of B sequences takes the smallest bucket Bp ≥ B; rows [B, Bp) are padding
 // sequences of as many tokens as the real ones (engine/cuda_graph_metadata.h: the layout, the
-// padding and the shrink-tail rule).
+// padding and the shrink-tail rule). A step whose padding would cross a token count where the
+// linears change kernels (ops::cuda::token_path_thresholds: the swap-AB limit 32, the experts'
+// decode limit 128) runs eagerly: the padded step would compute its real rows with other
+// arithmetic (measured on the H200: 27 verify tokens padded to 48, logits 0.11 apart and a greedy
+// token changed). Decode buckets never cross them (32 and 128 are capture sizes); some verify
+// buckets do (9 sequences of 3 tokens in the bucket of 16).
 //
 // Per key the runner owns one persistent device region, the metadata at fixed addresses (the
 // graph's kernel arguments point there), and its host staging twin (q tokens a sequence):

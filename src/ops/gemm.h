@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/fp8_act.h"
@@ -80,6 +81,11 @@ void set_fp8_swapab(bool allow);
 // H200 (bench kernels --op moe times both); OSPREY_MOE_PREFILL=wmma turns it off.
 void set_fp8_moe_prefill_swapab(bool on);
 bool fp8_moe_prefill_swapab();
+// The token counts T at which the CUDA linears change kernels between a step of ≤ T tokens and one
+// of more (the dense swap-AB limit, the routed experts' decode limit), ascending: a step padded
+// across one computes its real rows with other arithmetic than the unpadded step
+// (engine/cuda_graph_runner.h runs such steps eagerly).
+std::vector<int64_t> token_path_thresholds();
 }  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/storage.h"
@@ -150,6 +151,27 @@ struct Staging {
     init_graph_metadata(m);
   }
 };
+
+// Padding that crosses an op's token threshold is named (the runner then runs the step eagerly);
+// the default decode buckets never cross 32 or 128, some verify buckets do.
+TEST(CudaGraphBuckets, PaddingAcrossAKernelThresholdIsNamed) {
+  const std::vector<int64_t> t = {32, 128};  // ops::cuda::token_path_thresholds()'s defaults
+  EXPECT_EQ(cuda_graph_crossed_threshold(27, 48, t), 32);  // 9 × 3 tokens in the 16 bucket
+  EXPECT_EQ(cuda_graph_crossed_threshold(32, 33, t), 32);  // the edge itself
+  EXPECT_EQ(cuda_graph_crossed_threshold(33, 48, t), 0);   // both above 32, below 128
+  EXPECT_EQ(cuda_graph_crossed_threshold(18, 32, t), 0);   // 9 × 2 in 16 × 2: at 32, not past
+  EXPECT_EQ(cuda_graph_crossed_threshold(100, 160, t), 128);
+  EXPECT_EQ(cuda_graph_crossed_threshold(129, 200, t), 0);
+  EXPECT_EQ(cuda_graph_crossed_threshold(5, 8, t), 0);
+  EXPECT_EQ(cuda_graph_crossed_threshold(27, 48, {}), 0);
+  const std::vector<int> sizes = cuda_graph_capture_sizes(512);
+  for (int n = 1; n <= 512; ++n)
+    EXPECT_EQ(cuda_graph_crossed_threshold(n, cuda_graph_bucket(sizes, n), t), 0) << n;
+  int crossing = 0;  // verify steps of 3 tokens a sequence in the default buckets
+  for (int n = 1; n <= 64; ++n)
+    crossing += cuda_graph_crossed_threshold(3 * n, 3 * cuda_graph_bucket(sizes, n), t) != 0;
+  EXPECT_GT(crossing, 0);
+}
 
 TEST(CudaGraphBuckets, VerifyBucketMetadataPadsWholeSequencesWithTheShrinkTail) {
   constexpr int kBp = 4, kQ = 3, kW = 3, kBlock = 64;  // K = 2 drafts

@@ -21,6 +21,9 @@
 // its q and scales replace the quantize kernel above, which computes the same bytes from x.
 // Grids: quantize_act_kernel [n_pad, ceil(in/128/8)] × 256 threads (a warp per 128-group, 4 values
 // a lane); dequant_kernel grid-stride over W's elements.
+#include <algorithm>
+#include <vector>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/gemm.h"
@@ -341,6 +344,13 @@ void linears(Tensor x, const Fp8Act& xq, Tensor x_bf16, std::span<const LinearOu
 
 void linear(Tensor y, Tensor x, const LinearWeight& w) {
   linear_impl(y, x, nullptr, Tensor{}, w);
+}
+
+std::vector<int64_t> token_path_thresholds() {
+  std::vector<int64_t> t{fp8_swapab_max_tokens(), kSwapAbMaxTokens};  // dense; MoE decode (moe.cu)
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
 }
 
 }  // namespace osprey::ops::cuda

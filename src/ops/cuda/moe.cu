@@ -48,6 +48,8 @@ constexpr int kMaxExperts = 1024;
 // Most tokens the FP8 decode path takes: past it the rows an expert gets fill the WMMA kernel's
 // 64-row tiles and the routed experts become compute-bound.
 constexpr int64_t kSwapAbMoeMaxTokens = 128;
+static_assert(kSwapAbMoeMaxTokens == kSwapAbMaxTokens,
+              "ops::cuda::token_path_thresholds (gemm.cu) names this limit as kSwapAbMaxTokens");
 constexpr int kMaxTopk = 32;
 
 bool g_moe_prefill_swapab = [] {

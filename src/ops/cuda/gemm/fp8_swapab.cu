@@ -522,6 +522,9 @@ void set_fp8_swapab_dense_groups(int groups) {
   OSPREY_CHECK(groups == 1 || groups == 2, "fp8 swap-AB: 1 or 2 k-blocks a stage, not ", groups);
   g_dense_groups = groups;
 }
+int64_t fp8_swapab_max_tokens() {
+  return max_tokens();
+}
 bool fp8_swapab_enabled() {
   return g_enabled;
 }

@@ -43,6 +43,7 @@ bool fp8_swapab_enabled();
 void set_fp8_swapab_dense_groups(int groups);
 // The dispatch's token limit (default 32, at most kSwapAbMaxTokens): a benchmark variant.
 void set_fp8_swapab_max_tokens(int64_t n);
+int64_t fp8_swapab_max_tokens();
 
 // y [n, N] (F32 or BF16) = x8 · W8ᵀ block-scaled as above; x8 [n, K], xs [n, K/128].
 void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
