@@ -151,6 +151,27 @@ double rel_l2(const float* a, const float* b, int64_t n) {
   return std::sqrt(d / std::max(r, 1e-30));
 }
 
+// Rows [0, rows) of two logits buffers [rows, V]: where the eager row's greedy token leads its
+// runner-up by more than 1e-2 · max(1, |top|), the replay picks the same token.
+void expect_clear_greedy_kept(const Buffer& eager, const Buffer& replay, int64_t rows, int64_t V,
+                              const char* label) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* e = eager.f32() + r * V;
+    const float* x = replay.f32() + r * V;
+    int a = 0, b = 0;
+    for (int64_t v = 1; v < V; ++v) {
+      if (e[v] > e[a]) a = int(v);
+      if (x[v] > x[b]) b = int(v);
+    }
+    float second = -INFINITY;
+    for (int64_t v = 0; v < V; ++v)
+      if (v != a) second = std::max(second, e[v]);
+    if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
+      EXPECT_EQ(a, b) << label << " " << r << ": greedy token changed";
+    }
+  }
+}
+
 // Replay vs eager for batch sizes crossing the bucket edges (buckets 1, 2, 4, 8, 16).
 void replay_matches_eager(const DeepseekModel& m, const char* what) {
   const ModelConfig& c = m.config();
@@ -221,21 +242,7 @@ void replay_matches_eager(const DeepseekModel& m, const char* what) {
     std::printf("GRAPH %s B=%d bucket %d: replay vs unpadded eager rel L2 %.2e\n", what, B, Bp,
                 err);
     EXPECT_LT(err, 2e-2);
-    for (int r = 0; r < B; ++r) {
-      const float* e = eager.f32() + r * V;
-      const float* x = replay.f32() + r * V;
-      int a = 0, b = 0;
-      for (int64_t v = 1; v < V; ++v) {
-        if (e[v] > e[a]) a = int(v);
-        if (x[v] > x[b]) b = int(v);
-      }
-      float second = -INFINITY;
-      for (int64_t v = 0; v < V; ++v)
-        if (v != a) second = std::max(second, e[v]);
-      if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
-        EXPECT_EQ(a, b) << "row " << r << ": greedy token changed";
-      }
-    }
+    expect_clear_greedy_kept(eager, replay, B, V, "row");
   }
 }
 
@@ -1058,21 +1065,7 @@ void verify_replay_matches_eager(const DeepseekModel& m, const char* what) {
           what, K, B, Bp, err, err_h);
       EXPECT_LT(err, 2e-2);
       EXPECT_LT(err_h, 2e-2);
-      for (int64_t r = 0; r < n; ++r) {
-        const float* e = eager.f32() + r * V;
-        const float* x = replay.f32() + r * V;
-        int a = 0, b = 0;
-        for (int64_t v = 1; v < V; ++v) {
-          if (e[v] > e[a]) a = int(v);
-          if (x[v] > x[b]) b = int(v);
-        }
-        float second = -INFINITY;
-        for (int64_t v = 0; v < V; ++v)
-          if (v != a) second = std::max(second, e[v]);
-        if (e[a] - second > 1e-2f * std::max(1.0f, std::fabs(e[a]))) {
-          EXPECT_EQ(a, b) << "token row " << r << ": greedy token changed";
-        }
-      }
+      expect_clear_greedy_kept(eager, replay, n, V, "token row");
     }
   }
 }
