@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "ops/ceilings.h"
 #include "ops/cuda/mla/hooks.h"
 #include "ops/mla.h"
+#include "ops/mla_plan.h"
 #include "ops/tensor_ops.h"
 #endif
 
@@ -190,14 +192,29 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     ops::cuda::set_mla_sm90_enabled(was);
     cuda::synchronize();
     const Buffer want = cuda::to_host(ref);
-    // A BF16 sparse prefill runs with both prefill kernels (the seesaw kernel, then its prefill
-    // variant: rows "sparse prefill" and "  pipelined"); other shapes with the kernel they take.
+    // A BF16 sparse prefill runs with both prefill kernels (the prefill variant, the default, then
+    // the seesaw kernel as for decode: rows "sparse prefill" and "  seesaw"), then the variant with
+    // other per-token costs in the split-KV plan ("  cost N": ops/mla_plan.h, default
+    // kMlaPrefillTokenCost); other shapes with the kernel they take.
     using ops::cuda::MlaPrefillKernel;
-    std::vector<MlaPrefillKernel> kernels = {ops::cuda::mla_prefill_kernel()};
-    if (std::string_view(s.kernel) == "sparse prefill" && !s.fp8)
-      kernels = {MlaPrefillKernel::Seesaw, MlaPrefillKernel::Pipelined};
-    for (MlaPrefillKernel pk : kernels) {
+    struct Variant {
+      MlaPrefillKernel kernel;
+      int cost;
+      std::string label;
+    };
+    const int cost0 = ops::cuda::mla_prefill_token_cost();
+    std::vector<Variant> variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel}};
+    const bool bf16_prefill = std::string_view(s.kernel) == "sparse prefill" && !s.fp8;
+    if (bf16_prefill) {
+      variants = {{MlaPrefillKernel::Pipelined, cost0, s.kernel},
+                  {MlaPrefillKernel::Seesaw, cost0, "  seesaw"}};
+      for (int c : {0, 2, 8})
+        if (c != cost0) variants.push_back({MlaPrefillKernel::Pipelined, c, "  cost " + std::to_string(c)});
+    }
+    for (const Variant& v : variants) {
+      const MlaPrefillKernel pk = v.kernel;
       const MlaPrefillKernel pk_was = ops::cuda::set_mla_prefill_kernel(pk);
+      const int cost_was = ops::cuda::set_mla_prefill_token_cost(v.cost);
       DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
       auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
       const int64_t calls0 = ops::cuda::mla_sm90_calls();
@@ -206,18 +223,19 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
           ops::cuda::time_events(call, o.warmup, o.iters, kKernelFlushBytes);
       OSPREY_CHECK(ops::cuda::mla_sm90_calls() > calls0, "the sm90 kernel did not take ", s.kernel);
       const bool variant = ops::cuda::mla_prefill_variant_calls() > variant0;
-      OSPREY_CHECK(variant == (kernels.size() > 1 && pk == MlaPrefillKernel::Pipelined), s.kernel,
+      OSPREY_CHECK(variant == (bf16_prefill && pk == MlaPrefillKernel::Pipelined), s.kernel,
                    ": the prefill variant ", variant ? "took" : "did not take", " it");
       call();
       cuda::synchronize();
       ops::cuda::set_mla_prefill_kernel(pk_was);
+      ops::cuda::set_mla_prefill_token_cost(cost_was);
       const double err = rel_l2_bf16(cuda::to_host(out), want);
       const double sec = t.median_ms * 1e-3;
       const double tf = in.flops / sec / 1e12, gbs = in.bytes / sec / 1e9;
       char fm[32] = "-", core[32] = "-";
       if (s.flashmla_us > 0) std::snprintf(fm, sizeof fm, "%.1f", s.flashmla_us);
       if (core_us > 0) std::snprintf(core, sizeof core, "%.0f", core_us);
-      const char* name = variant ? "  pipelined" : s.kernel;
+      const char* name = v.label.c_str();
       std::printf("%-15s %-5s %4d %4d %6d %10.1f %8.1f %5.1f%% %7.0f %5.1f%% %10s %9s %9.2e%s\n",
                   name, s.fp8 ? "FP8" : "BF16", s.n_seqs, s.s_q, s.ctx, t.median_ms * 1e3, tf,
                   100 * tf / bf16_tf, gbs, 100 * gbs / copy_gbs, fm, core, err,
@@ -250,9 +268,11 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       "(median of %d calls after %d warm-up, L2 flushed before each; FLOPs = 2·h·Σ attended·"
       "(576 + 512), bytes = attended cache rows + q + out; core_us = the CUDA-core kernel; "
       "rel_err = sm90 vs the CUDA-core kernel; FlashMLA = its time on our H200, 2026-12-01, "
-      "sparse prefill there on a BF16 kv; 'pipelined' = the same BF16 sparse prefill with the "
-      "prefill variant, OSPREY_MLA_PREFILL=pipelined)\n",
-      o.iters, o.warmup);
+      "sparse prefill there on a BF16 kv; BF16 'sparse prefill' rows = the prefill variant (the "
+      "default), '  seesaw' = the same call on the seesaw decode kernel, "
+      "OSPREY_MLA_PREFILL=seesaw; '  cost N' = the prefill variant with the split-KV plan "
+      "charging N blocks a query token, default %d)\n",
+      o.iters, o.warmup, int(ops::kMlaPrefillTokenCost));
 }
 }  // namespace
 

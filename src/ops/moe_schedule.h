@@ -23,13 +23,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
 #include "core/tensor.h"
-
-#ifdef __CUDACC__
-#define OSPREY_HOST_DEVICE __host__ __device__
-#else
-#define OSPREY_HOST_DEVICE
-#endif
 
 namespace osprey {
 

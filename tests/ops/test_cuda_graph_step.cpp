@@ -1254,12 +1254,16 @@ TEST(CudaGraphStep, EngineSpeculativeGreedyTokensMatchEager) {
           static_cast<long long>(s_graph.steps), static_cast<long long>(s_graph.spec_verifies),
           static_cast<long long>(s_graph.spec_accepted_tokens),
           static_cast<long long>(s_graph.spec_draft_tokens), differ_plain, plain.size());
-      // Why the other steps ran eagerly: prefill and mixed steps, verify steps of uneven drafts;
-      // never a buffer too small for the bucket.
+      // Why the other steps ran eagerly: prefill and mixed steps, verify steps of uneven drafts,
+      // and verify steps whose padding would cross a linear's kernel threshold (27 tokens padded
+      // to 48 at K = 2: on the H200, 2 such steps staggered); never a buffer too small for the
+      // bucket.
       for (const auto& [why, n] : s_graph.cuda_graph_eager_steps) {
         std::printf("VGRAPH engine %s K=%d: %lld eager steps: %s\n", what, K,
                     static_cast<long long>(n), why.c_str());
-        EXPECT_EQ(why.rfind("not a pure decode", 0), 0u) << why;
+        EXPECT_TRUE(why.rfind("not a pure decode", 0) == 0 ||
+                    why.rfind("padding would cross a linear's kernel threshold", 0) == 0)
+            << why;
       }
     }
   }

@@ -14,9 +14,13 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "cuda_test_util.h"
 #include "ops/cuda/mla/hooks.h"
+#include "ops/cuda/mla/split_kv.cuh"
 #include "ops/mla.h"
+#include "ops/mla_plan.h"
 
 namespace osprey {
 namespace {
@@ -275,6 +279,53 @@ TEST(CudaMlaSm90, HeadCountsUnderTensorParallel) {
     c.fp8 = heads == 16;
     run_case(c);
   }
+}
+
+std::vector<int32_t> from_device(const int32_t* p, size_t n) {
+  std::vector<int32_t> h(n);
+  if (n) {
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return h;
+}
+
+// The device plan (split_kv.cu) equals the host reference (ops/mla_plan.h) array for array: a
+// decode batch with no per-token cost (equal runs of blocks), a causal 1440-token chunk and a ragged
+// prefill batch with the prefill cost, on 66 and 132 parts; and the cost changes the cut there.
+TEST(CudaMlaSm90, SplitPlanMatchesHostReference) {
+  OSPREY_REQUIRE_GPU();
+  struct Case {
+    std::vector<int> ctx, n_new;
+    int64_t clamp;
+    int n_parts;
+    int32_t fixed;
+  };
+  const Case cases[] = {{{5000, 3000, 2500, 70}, {1, 1, 1, 1}, 2048, 66, 0},
+                        {{1440}, {1440}, 2048, 66, ops::kMlaPrefillTokenCost},
+                        {{1440}, {1440}, 2048, 66, 0},
+                        {{2600, 40, 2101, 130}, {120, 40, 64, 130}, 2048, 132, 4},
+                        {{2600, 40, 2101, 130}, {120, 40, 64, 130}, INT32_MAX, 66, 9}};
+  std::vector<int32_t> cut_cost0, cut_cost;
+  for (const Case& c : cases) {
+    Batch b = make_batch(c.ctx, c.n_new);
+    AttentionMeta m = b.dev;
+    m.fingerprint = 0;  // built fresh
+    const ops::cuda::MlaPlan plan = ops::cuda::mla_split_plan(m, c.clamp, c.n_parts, c.fixed);
+    const std::vector<int32_t> pos(b.positions.ptr<int32_t>(),
+                                   b.positions.ptr<int32_t>() + m.n_tokens);
+    const ops::MlaPlanReference want = ops::mla_plan_reference(pos, c.clamp, c.n_parts, c.fixed);
+    const size_t n = size_t(m.n_tokens);
+    SCOPED_TRACE(strf("%zu tokens, %d parts, cost %d", n, c.n_parts, int(c.fixed)));
+    EXPECT_EQ(from_device(plan.cum, n + 1), want.cum);
+    EXPECT_EQ(from_device(plan.part_start, size_t(c.n_parts) + 1), want.part_start);
+    EXPECT_EQ(from_device(plan.first_part, n), want.first_part);
+    EXPECT_EQ(from_device(plan.n_splits, n), want.n_splits);
+    EXPECT_EQ(from_device(plan.split_base, n + 1), want.split_base);
+    EXPECT_LE(want.split_base[n], plan.max_slots);
+    if (c.ctx.size() == 1 && c.fixed == 0) cut_cost0 = want.part_start;
+    if (c.ctx.size() == 1 && c.fixed > 0) cut_cost = want.part_start;
+  }
+  EXPECT_NE(cut_cost0, cut_cost) << "the per-token cost must move the causal chunk's cuts";
 }
 
 // The plan kernel runs once per fingerprint: the same fingerprint again (the next layer of the

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "ops/activation.h"
 #include "ops/gemm.h"
 #include "ops/indexer.h"
+#include "ops/mla_plan.h"
 #include "ops/moe.h"
 #include "ops/moe_schedule.h"
 #include "ops/norm.h"
@@ -377,6 +379,115 @@ void check_moe_schedule(const std::vector<int32_t>& ids, int E, const char* what
     for (int32_t r = t.row0; r < t.row1; ++r) ++covered[size_t(r)];
   }
   for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(covered[size_t(r)], 1) << "row " << r;
+}
+
+// The split-KV plan of the sm90 MLA kernels (ops/mla_plan.h). The cost of run p, counting
+// `fixed` for each token it touches.
+std::vector<int64_t> mla_run_costs(const ops::MlaPlanReference& r, int32_t fixed) {
+  const size_t n = r.cum.size() - 1, parts = r.part_start.size() - 1;
+  std::vector<int64_t> cost(parts, 0);
+  for (size_t p = 0; p < parts; ++p) {
+    const int32_t a = r.part_start[p], b = r.part_start[p + 1];
+    if (a >= b) continue;
+    cost[p] = b - a;
+    for (size_t t = 0; t < n; ++t)
+      if (r.cum[t] < b && r.cum[t + 1] > a) cost[p] += fixed;
+  }
+  return cost;
+}
+
+// Every token's blocks lie in runs first_part .. first_part + n_splits − 1, all non-empty and
+// consecutive; empty runs only at a token's first block; the partial slots as the kernel counts
+// them.
+void expect_mla_plan_consistent(const ops::MlaPlanReference& r) {
+  const size_t n = r.cum.size() - 1, parts = r.part_start.size() - 1;
+  ASSERT_EQ(r.part_start.front(), 0);
+  ASSERT_EQ(r.part_start.back(), r.cum.back());
+  std::set<int32_t> starts(r.cum.begin(), r.cum.end());
+  for (size_t p = 0; p < parts; ++p) {
+    ASSERT_LE(r.part_start[p], r.part_start[p + 1]) << p;
+    if (r.part_start[p] == r.part_start[p + 1]) {
+      EXPECT_TRUE(starts.count(r.part_start[p])) << p;
+    }
+  }
+  int32_t slots = 0;
+  for (size_t t = 0; t < n; ++t) {
+    const int f = r.first_part[t], ns = r.n_splits[t];
+    ASSERT_GE(ns, 1);
+    EXPECT_LE(r.part_start[size_t(f)], r.cum[t]);
+    EXPECT_GT(r.part_start[size_t(f) + 1], r.cum[t]);
+    EXPECT_LE(r.part_start[size_t(f + ns - 1)], r.cum[t + 1] - 1);
+    EXPECT_GE(r.part_start[size_t(f + ns)], r.cum[t + 1]);
+    for (int p = f; p < f + ns; ++p) EXPECT_LT(r.part_start[size_t(p)], r.part_start[size_t(p) + 1]);
+    EXPECT_EQ(r.split_base[t], slots) << t;
+    slots += ns > 1 ? ns : 0;
+  }
+  EXPECT_EQ(r.split_base[n], slots);
+  EXPECT_LE(slots, std::max<int32_t>(1, 2 * (int32_t(parts) - 1)));
+}
+
+// Without a per-token cost the plan is the equal runs of blocks the kernels used before (decode
+// batches keep it): part_start[p] = min(p·payload, total), the token's first run cum[t] / payload.
+TEST(OpsCpu, MlaPlanWithoutTokenCostCutsEqualRunsOfBlocks) {
+  std::mt19937 g(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int32_t> pos(size_t(1 + g() % 200));
+    for (auto& p : pos) p = int32_t(g() % 9000);
+    const int parts = 1 + int(g() % 132);
+    const ops::MlaPlanReference r = ops::mla_plan_reference(pos, 2048, parts, 0);
+    expect_mla_plan_consistent(r);
+    const int32_t total = r.cum.back();
+    const int32_t pl = std::max(1, (total + parts - 1) / parts);
+    for (int p = 0; p <= parts; ++p)
+      EXPECT_EQ(r.part_start[size_t(p)], std::min(p * pl, total)) << p;
+    for (size_t t = 0; t < pos.size(); ++t) {
+      const int32_t c0 = r.cum[t], c1 = r.cum[t + 1];
+      EXPECT_EQ(r.first_part[t], c0 / pl);
+      EXPECT_EQ(r.n_splits[t], (c1 - 1) / pl - c0 / pl + 1);
+    }
+  }
+}
+
+// A causal 1440-token chunk on 66 runs: with each token charged 4 blocks the costliest run costs
+// at most payload + 4, where the equal-blocks cut leaves a run of the first ~130 short tokens
+// costing 2.5× the mean; ragged batches and dense lengths stay consistent at every cost.
+TEST(OpsCpu, MlaPlanChargesEachTokenItsFixedCost) {
+  std::vector<int32_t> causal(1440);
+  std::iota(causal.begin(), causal.end(), 0);
+  const int32_t F = ops::kMlaPrefillTokenCost;
+  const ops::MlaPlanReference even = ops::mla_plan_reference(causal, 2048, 66, 0);
+  const ops::MlaPlanReference fair = ops::mla_plan_reference(causal, 2048, 66, F);
+  expect_mla_plan_consistent(even);
+  expect_mla_plan_consistent(fair);
+  const std::vector<int64_t> ce = mla_run_costs(even, F), cf = mla_run_costs(fair, F);
+  const int64_t max_e = *std::max_element(ce.begin(), ce.end());
+  const int64_t max_f = *std::max_element(cf.begin(), cf.end());
+  const int32_t payload = ops::mla_plan_payload(fair.cum.back(), 1440, F, 66);
+  EXPECT_LE(max_f, payload + F);
+  EXPECT_GT(max_e, 2 * max_f) << "the equal-blocks cut overloads the run of short tokens";
+  // The first run of the equal-blocks cut holds more than 100 tokens; the charged cut's fewer
+  // than 80.
+  EXPECT_EQ(even.first_part[100], 0);
+  EXPECT_GT(fair.first_part[80], 0);
+  std::mt19937 g(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int32_t> pos;
+    const int seqs = 1 + int(g() % 6);
+    for (int s = 0; s < seqs; ++s) {
+      const int ctx = 1 + int(g() % 5000), n_new = 1 + int(g() % std::min(ctx, 700));
+      for (int i = 0; i < n_new; ++i) pos.push_back(ctx - n_new + i);
+    }
+    const int parts = 1 + int(g() % 132);
+    for (int32_t fixed : {1, 4, 9}) {
+      for (int64_t clamp : {int64_t(2048), int64_t(INT32_MAX)}) {
+        const ops::MlaPlanReference r = ops::mla_plan_reference(pos, clamp, parts, fixed);
+        expect_mla_plan_consistent(r);
+        const std::vector<int64_t> c = mla_run_costs(r, fixed);
+        EXPECT_LE(*std::max_element(c.begin(), c.end()),
+                  ops::mla_plan_payload(r.cum.back(), int(pos.size()), fixed, parts) + fixed);
+      }
+    }
+  }
 }
 
 TEST(OpsCpu, MoeSchedulePermutationAndTiles) {

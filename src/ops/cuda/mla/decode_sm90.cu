@@ -22,10 +22,10 @@
 //   mbarrier. (The seesaw kernel's dense BF16 tiles can instead come by TMA, one thread issuing
 //   9 boxes a tile through a CUtensorMap of the cache: seesaw::tma_producer, the default;
 //   OSPREY_MLA_DENSE_TMA=0 keeps the cp.async gathers.)
-//   (Prompt chunks on a BF16 cache can take the seesaw kernel's prefill variant instead,
-//   OSPREY_MLA_PREFILL=pipelined: fills in release order, 8-thread row gathers, batched Q staging,
-//   Q's rope in shared memory, the next token's Q prefetched; described before
-//   mla_seesaw_sm90_kernel.)
+//   (Prompt chunks on a BF16 cache take the seesaw kernel's prefill variant, the default;
+//   OSPREY_MLA_PREFILL=seesaw keeps the decode kernel for them. The variant fills in release
+//   order, with 8-thread row gathers, batched Q staging, Q's rope in shared memory and the next
+//   token's Q prefetched; described before mla_seesaw_sm90_kernel.)
 //   Warpgroups 0 and 1, the consumers (setmaxnreg up to kConsumerRegs), share the 64 heads and the
 //   key block:
 //     S_w = Q [64 × 576] · K[32 keys of half w]ᵀ     wgmma m64n32k16, 36 k-steps, both from smem
@@ -110,9 +110,11 @@ struct Params {
   int64_t topk_k;
   int H;
   float scale_log2;  // softmax scale · log2(e)
-  const int32_t* cum;
-  const int32_t* split_base;
-  const int32_t* payload;
+  const int32_t* cum;         // the split-KV plan (split_kv.cuh): [n_tokens + 1]
+  const int32_t* split_base;  // [n_tokens + 1]
+  const int32_t* part_start;  // [n_parts + 1]
+  const int32_t* first_part;  // [n_tokens]
+  const int32_t* n_splits;    // [n_tokens]
   int n_tokens;
 };
 
@@ -226,12 +228,10 @@ template <typename S>
 __device__ __forceinline__ S& aligned_smem(uint8_t* raw) {
   return *reinterpret_cast<S*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
 }
-// The part's run [w0, w1) of the plan's 64-entry blocks (payload blocks a part); false if empty.
-__device__ __forceinline__ bool part_run(const Params& a, int part, int32_t& payload, int32_t& w0,
-                                         int32_t& w1) {
-  payload = *a.payload;
-  w0 = part * payload;
-  w1 = min(w0 + payload, a.cum[a.n_tokens]);
+// The part's run [w0, w1) of the plan's 64-entry blocks; false if empty.
+__device__ __forceinline__ bool part_run(const Params& a, int part, int32_t& w0, int32_t& w1) {
+  w0 = a.part_start[part];
+  w1 = a.part_start[part + 1];
   return w0 < w1;
 }
 
@@ -312,13 +312,13 @@ __device__ __forceinline__ void sum_rows(float& l0, float& l1, float (*row_sum)[
 // else to its split slot for mla_combine_splits (base-2 lse there).
 template <typename To>
 __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128], int t, int part,
-                                          int32_t c0, int32_t payload, int w, int r0, int r1,
+                                          int w, int r0, int r1,
                                           int cq, int g, float l0, float l1, float m0, float m1) {
   const int lane = threadIdx.x & 31;
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
   const float lse1 = l1 > 0.0f ? m1 + log2f(l1) : -INFINITY;
-  const int n_splits = mla_n_splits(a.cum, payload, t);
+  const int n_splits = a.n_splits[t];
   const int h0 = g * kHeadsPerCta + r0, h1 = g * kHeadsPerCta + r1;
   if (n_splits == 1) {
     To* out = static_cast<To*>(a.out);
@@ -340,7 +340,7 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
       if (h1 < a.H) a.lse[int64_t(t) * a.H + h1] = lse1 * kLn2;
     }
   } else {
-    const int slot = a.split_base[t] + (part - c0 / payload);
+    const int slot = a.split_base[t] + (part - a.first_part[t]);
 #pragma unroll
     for (int i = 0; i < 128; i += 2) {
       const int row = (i & 2) ? h1 : h0;
@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
   const int part = blockIdx.x, g = blockIdx.y;
-  int32_t payload, w0, w1;
-  if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
+  int32_t w0, w1;
+  if (!part_run(a, part, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&sm.full[s], kProducerThreads);
@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     // Epilogue: full row sums (4 lanes, then both halves), normalise, write.
     sum_rows(l0, l1, sm.row_sum, w, r0, r1, kBarSum);
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum free for the next token
-    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, l0, l1, m0, m1);
+    write_out<To>(a, o, t, part, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
 }
 
@@ -986,8 +986,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
   const int part = blockIdx.x, g = blockIdx.y;
-  int32_t payload, w0, w1;
-  if (!part_run(a, part, payload, w0, w1)) return;  // the whole CTA: no barrier was used yet
+  int32_t w0, w1;
+  if (!part_run(a, part, w0, w1)) return;  // the whole CTA: no barrier was used yet
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       // cp.async: every producer thread arrives once its copies land; TMA: one armed arrival.
@@ -1148,7 +1148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sum_rows(l0, l1, sm.row_sum, w, r0, r1, kBarSum);
     const float m0 = sm.m[r0], m1 = sm.m[r1];
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum and m free for the next token
-    write_out<To>(a, o, t, part, c0, payload, w, r0, r1, cq, g, l0, l1, m0, m1);
+    write_out<To>(a, o, t, part, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
 }
 }  // namespace seesaw
@@ -1219,15 +1219,29 @@ CUtensorMap dense_kv_map(const void* base, int64_t n_blocks, int block_size) {
   return map;
 }
 
-// The sparse prefill kernel (hooks.h: MlaPrefillKernel): OSPREY_MLA_PREFILL=pipelined sends BF16
-// sparse calls with more query tokens than sequences (prompt chunks; MTP verify steps too) to the
-// seesaw kernel's prefill variant; unset or `seesaw`, the seesaw kernel as for decode.
-MlaPrefillKernel g_prefill_kernel = [] {
-  const char* e = std::getenv("OSPREY_MLA_PREFILL");
-  return e && std::string_view(e) == "pipelined" ? MlaPrefillKernel::Pipelined
-                                                 : MlaPrefillKernel::Seesaw;
-}();
+// The sparse prefill kernel (hooks.h: MlaPrefillKernel): BF16 sparse calls with more query tokens
+// than sequences (prompt chunks; MTP verify steps too) take the seesaw kernel's prefill variant
+// (the default since it measured 10-14% faster on every sparse prefill shape: H200, 2026-12-03,
+// bench/RESULTS.md); OSPREY_MLA_PREFILL=seesaw sends them to the seesaw kernel as for decode.
+// Read on the first call (a bad value is a clear error there, not at static initialisation).
+int g_prefill_kernel_set = -1;  // -1: not read yet, else a MlaPrefillKernel
+MlaPrefillKernel prefill_kernel_setting() {
+  if (g_prefill_kernel_set < 0) {
+    const char* e = std::getenv("OSPREY_MLA_PREFILL");
+    MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
+    if (e && *e) {
+      const std::string_view v(e);
+      OSPREY_CHECK(v == "pipelined" || v == "seesaw",
+                   "OSPREY_MLA_PREFILL must be 'pipelined' (the default) or 'seesaw', not '", v,
+                   "'");
+      k = v == "seesaw" ? MlaPrefillKernel::Seesaw : MlaPrefillKernel::Pipelined;
+    }
+    g_prefill_kernel_set = int(k);
+  }
+  return MlaPrefillKernel(g_prefill_kernel_set);
+}
 int64_t g_prefill_variant_calls = 0;
+int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_token_cost (the bench)
 
 // kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. pipelined: a
 // sparse BF16 call taking the prefill variant.
@@ -1302,12 +1316,22 @@ void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtens
 }  // namespace
 
 MlaPrefillKernel set_mla_prefill_kernel(MlaPrefillKernel k) {
-  const MlaPrefillKernel was = g_prefill_kernel;
-  g_prefill_kernel = k;
+  const MlaPrefillKernel was = prefill_kernel_setting();
+  g_prefill_kernel_set = int(k);
   return was;
 }
+int set_mla_prefill_token_cost(int blocks) {
+  OSPREY_CHECK(blocks >= 0 && blocks <= 64, "MLA plan: a token's cost must be 0..64 blocks, not ",
+               blocks);
+  const int was = g_prefill_token_cost;
+  g_prefill_token_cost = blocks;
+  return was;
+}
+int mla_prefill_token_cost() {
+  return g_prefill_token_cost;
+}
 MlaPrefillKernel mla_prefill_kernel() {
-  return g_prefill_kernel;
+  return prefill_kernel_setting();
 }
 const char* mla_prefill_kernel_name(MlaPrefillKernel k) {
   return k == MlaPrefillKernel::Pipelined ? "pipelined" : "seesaw";
@@ -1363,7 +1387,10 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
   const int n_parts = std::max(1, sm_count() / groups);
   const int64_t clamp = sparse ? topk_indices.size(1) : int64_t(INT32_MAX);
-  const MlaPlan plan = mla_split_plan(m, clamp, n_parts);
+  // Prompt chunks (and MTP verify steps: several query tokens a sequence) cut their runs at equal
+  // cost with a per-token charge; decode batches at equal blocks (split_kv.cuh).
+  const MlaPlan plan =
+      mla_split_plan(m, clamp, n_parts, m.n_tokens > m.n_seqs ? g_prefill_token_cost : 0);
   Params a{};
   a.q = q.data;
   a.cache = static_cast<const uint8_t*>(cache.data);
@@ -1386,7 +1413,9 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   a.scale_log2 = scale * kLog2e;
   a.cum = plan.cum;
   a.split_base = plan.split_base;
-  a.payload = plan.payload;
+  a.part_start = plan.part_start;
+  a.first_part = plan.first_part;
+  a.n_splits = plan.n_splits;
   a.n_tokens = m.n_tokens;
   const dim3 grid{unsigned(n_parts), unsigned(groups), 1u};
   // The TMA producer: dense BF16 calls of the seesaw kernel whose 64-entry tiles are whole runs of
@@ -1401,7 +1430,7 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
     map = &kv_map;
   }
   // The prefill variant: chosen, and a BF16 sparse call with a sequence of several query tokens.
-  const bool pipelined = g_prefill_kernel == MlaPrefillKernel::Pipelined && g_seesaw && sparse &&
+  const bool pipelined = prefill_kernel_setting() == MlaPrefillKernel::Pipelined && g_seesaw && sparse &&
                          !fp8 && m.n_tokens > m.n_seqs;
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {

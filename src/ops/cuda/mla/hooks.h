@@ -20,15 +20,21 @@ bool set_mla_dense_tma(bool enabled);
 bool mla_dense_tma_enabled();
 // How many TMA maps of latent caches have been encoded (one per (cache, n_blocks, block_size)).
 int64_t mla_dense_tma_map_builds();
-// The absorbed sparse prefill kernel on a BF16 cache (decode_sm90.cu): Seesaw, the decode kernel
-// as it is (the default), or Pipelined, its prefill variant (fills in release order, coalesced
-// gathers, batched Q staging). OSPREY_MLA_PREFILL=pipelined sets Pipelined at start-up. The
+// The absorbed sparse prefill kernel on a BF16 cache (decode_sm90.cu): Pipelined, the seesaw
+// kernel's prefill variant (fills in release order, coalesced gathers, batched Q staging; the
+// default), or Seesaw, the decode kernel as it is (OSPREY_MLA_PREFILL=seesaw). The
 // variant takes sparse BF16 calls with more query tokens than sequences; decode calls (one token
 // a sequence), FP8 caches and dense calls keep their kernels. Returns the previous setting.
 enum class MlaPrefillKernel { Seesaw, Pipelined };
 MlaPrefillKernel set_mla_prefill_kernel(MlaPrefillKernel k);
 MlaPrefillKernel mla_prefill_kernel();
 const char* mla_prefill_kernel_name(MlaPrefillKernel k);
+// The per-token cost, in 64-entry blocks, at which the split-KV plan cuts the runs of calls with
+// several query tokens a sequence (prompt chunks, verify steps; ops/mla_plan.h `fixed`; decode
+// batches use 0). Default ops::kMlaPrefillTokenCost (ops/mla_plan.h); the benchmark compares
+// values. Returns the previous setting.
+int set_mla_prefill_token_cost(int blocks);
+int mla_prefill_token_cost();
 // How many calls the prefill variant has served.
 int64_t mla_prefill_variant_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.

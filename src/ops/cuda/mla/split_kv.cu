@@ -1,7 +1,9 @@
 // The split-KV plan kernel, its fingerprint cache, and the combine kernel (math in split_kv.cuh).
 //
-// mla_plan_kernel: one block of kPlanThreads; two block-wide scans over the tokens in chunks of
-//   kPlanThreads (the blocks per token, then the partial slots of the split tokens).
+// mla_plan_kernel: one block of kPlanThreads; a block-wide scan over the tokens in chunks of
+//   kPlanThreads (the blocks per token), the runs' first blocks (a thread a run, a binary search
+//   over the tokens' costs: ops/mla_plan.h, also the host reference), then a second scan (each
+//   token's runs, by binary search over part_start in shared memory, and the partial slots).
 // mla_combine_kernel: grid [n_tokens, ceil(H / kCombineHeads)], a warp per head; a token with one
 //   split returns at once. out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M), M = max_s lse_s,
 //   lse = (M + log2 Σ_s 2^(lse_s − M)) · ln 2.
@@ -22,11 +24,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 __global__ void __launch_bounds__(kPlanThreads)
     mla_plan_kernel(int32_t* __restrict__ cum, int32_t* __restrict__ split_base,
-                    int32_t* __restrict__ payload, const int32_t* __restrict__ positions,
-                    int n_tokens, int32_t clamp, int n_parts) {
+                    int32_t* __restrict__ part_start_out, int32_t* __restrict__ first_part,
+                    int32_t* __restrict__ n_splits, const int32_t* __restrict__ positions,
+                    int n_tokens, int32_t clamp, int n_parts, int32_t fixed) {
   using Scan = cub::BlockScan<int32_t, kPlanThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int32_t carry, pl;
+  __shared__ int32_t part_start[kMlaMaxParts + 1];
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
   for (int base = 0; base < n_tokens; base += kPlanThreads) {
@@ -42,17 +46,25 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
   if (threadIdx.x == 0) {
     cum[n_tokens] = carry;
-    pl = max(1, (carry + n_parts - 1) / n_parts);
-    *payload = pl;
+    pl = ops::mla_plan_payload(carry, n_tokens, fixed, n_parts);
     carry = 0;
   }
   __syncthreads();  // cum (global, this block's writes) and pl are visible to every thread now
+  for (int p = int(threadIdx.x); p <= n_parts; p += kPlanThreads) {
+    const int32_t s0 = ops::mla_part_start(p, cum, n_tokens, fixed, n_parts, pl);
+    part_start[p] = s0;
+    part_start_out[p] = s0;
+  }
+  __syncthreads();
   for (int base = 0; base < n_tokens; base += kPlanThreads) {
     const int t = base + int(threadIdx.x);
     int32_t slots = 0;
     if (t < n_tokens) {
-      const int ns = mla_n_splits(cum, pl, t);
-      slots = ns > 1 ? ns : 0;
+      const int f = ops::mla_part_of(part_start, n_parts, cum[t]);
+      const int l = ops::mla_part_of(part_start, n_parts, cum[t + 1] - 1);
+      first_part[t] = f;
+      n_splits[t] = l - f + 1;
+      slots = l > f ? l - f + 1 : 0;
     }
     int32_t excl = 0, sum = 0;
     Scan(tmp).ExclusiveSum(slots, excl, sum);
@@ -68,13 +80,12 @@ template <typename To>
 __global__ void mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse,
                                    const float* __restrict__ part_o,
                                    const float* __restrict__ part_lse,
-                                   const int32_t* __restrict__ cum,
-                                   const int32_t* __restrict__ split_base,
-                                   const int32_t* __restrict__ payload, int H, int kv_lora) {
+                                   const int32_t* __restrict__ n_splits,
+                                   const int32_t* __restrict__ split_base, int H, int kv_lora) {
   const int t = blockIdx.x;
   const int h = blockIdx.y * kCombineHeads + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (h >= H) return;
-  const int ns = mla_n_splits(cum, *payload, t);
+  const int ns = n_splits[t];
   if (ns <= 1) return;
   const int slot0 = split_base[t];
   float M = -INFINITY;
@@ -109,12 +120,14 @@ __global__ void mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse
 
 // The cached plan: one grow-only device allocation and the key it was built for.
 struct PlanCache {
-  int32_t* buf = nullptr;  // [cum: n + 1 | split_base: n + 1 | payload: 1]
-  int64_t capacity = 0;    // int32 entries
+  // [cum: n + 1 | split_base: n + 1 | first_part: n | n_splits: n | part_start: n_parts + 1]
+  int32_t* buf = nullptr;
+  int64_t capacity = 0;  // int32 entries
   bool valid = false;
   uint64_t fingerprint = 0;
   int n_tokens = 0, n_parts = 0;
   int64_t clamp = 0;
+  int32_t fixed = 0;
 };
 PlanCache g_plan;
 int64_t g_plan_builds = 0;
@@ -128,9 +141,11 @@ void invalidate_mla_plan_cache() {
   g_plan.valid = false;
 }
 
-MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
+MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32_t fixed) {
   const int n = m.n_tokens;
-  const int64_t need = 2 * (int64_t(n) + 1) + 1;
+  OSPREY_CHECK(n_parts >= 1 && n_parts <= kMlaMaxParts && fixed >= 0, "MLA split plan: ", n_parts,
+               " parts (1..", kMlaMaxParts, "), per-token cost ", fixed);
+  const int64_t need = 4 * int64_t(n) + 2 + n_parts + 1;
   PlanCache& c = g_plan;
   // CUDA graphs: the runner forgets the cache before a capture, so layer 0 captures the plan
   // kernel (a node rebuilding the plan from device positions each replay); growth only in the eager
@@ -142,12 +157,17 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
     OSPREY_CUDA_CHECK(cudaMalloc(&c.buf, size_t(c.capacity) * sizeof(int32_t)));
     c.valid = false;
   }
+  int32_t* const cum = c.buf;
+  int32_t* const split_base = cum + n + 1;
+  int32_t* const first_part = split_base + n + 1;
+  int32_t* const n_splits = first_part + n;
+  int32_t* const part_start = n_splits + n;
   const bool hit = c.valid && m.fingerprint != 0 && c.fingerprint == m.fingerprint &&
-                   c.n_tokens == n && c.n_parts == n_parts && c.clamp == clamp;
+                   c.n_tokens == n && c.n_parts == n_parts && c.clamp == clamp && c.fixed == fixed;
   if (!hit) {
     mla_plan_kernel<<<1, kPlanThreads, 0, stream()>>>(
-        c.buf, c.buf + n + 1, c.buf + 2 * (n + 1), m.positions.ptr<int32_t>(), n,
-        int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts);
+        cum, split_base, part_start, first_part, n_splits, m.positions.ptr<int32_t>(), n,
+        int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts, fixed);
     OSPREY_CUDA_LAUNCH_CHECK();
     ++g_plan_builds;
     c.valid = true;
@@ -155,11 +175,14 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts) {
     c.n_tokens = n;
     c.n_parts = n_parts;
     c.clamp = clamp;
+    c.fixed = fixed;
   }
   MlaPlan p;
-  p.cum = c.buf;
-  p.split_base = c.buf + n + 1;
-  p.payload = c.buf + 2 * (n + 1);
+  p.cum = cum;
+  p.split_base = split_base;
+  p.part_start = part_start;
+  p.first_part = first_part;
+  p.n_splits = n_splits;
   p.n_tokens = n;
   p.n_parts = n_parts;
   p.max_slots = std::max(1, 2 * (n_parts - 1));
@@ -172,12 +195,10 @@ void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_
   const dim3 grid(unsigned(plan.n_tokens), unsigned((H + kCombineHeads - 1) / kCombineHeads));
   if (out_bf16)
     mla_combine_kernel<bf16><<<grid, kCombineHeads * 32, 0, stream()>>>(
-        static_cast<bf16*>(out), lse, part_o, part_lse, plan.cum, plan.split_base, plan.payload, H,
-        kv_lora);
+        static_cast<bf16*>(out), lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
   else
     mla_combine_kernel<float><<<grid, kCombineHeads * 32, 0, stream()>>>(
-        static_cast<float*>(out), lse, part_o, part_lse, plan.cum, plan.split_base, plan.payload, H,
-        kv_lora);
+        static_cast<float*>(out), lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
