@@ -8,6 +8,7 @@
 #   wave    the 64-prompt wave (--num-prompts 64 --max-concurrency 64, all sent at once), once
 #           with --token-budget-policy fixed (the old budget) and once with step-time (the
 #           step-time model's chunks), each on a fresh server: the choice measured on this load
+#           (WAVE_POLICIES, env: the policies to run, default "fixed step-time")
 #   preset  `--preset dsv32-5k` (320 prompts, 64 concurrent), POLICY (env, default fixed)
 #   sweep   --request-rate 1,4,16,inf over NUM_PROMPTS (env, default 64) prompts per rate,
 #           64 concurrent, POLICY as above
@@ -91,7 +92,7 @@ bench() {
 
 case $mode in
   wave)
-    for pol in fixed step-time; do
+    for pol in ${WAVE_POLICIES:-fixed step-time}; do
       bench "wave-$pol" "$pol" --input-len $in --output-len $out --num-prompts $wave_prompts \
         --max-concurrency 64 --result-json "$log/wave-$pol.json" --plot "$log/wave-$pol.png"
     done

@@ -361,5 +361,52 @@ TEST(CudaOps, MoeExpertsFp8PrefillVariantMatchesW8A8Twin) {
   ops::cuda::set_fp8_moe_prefill_swapab(was);
 }
 
+// The weight tiles by TMA (the default, through the experts' maps) and by the producer's cp.async
+// copies (set_fp8_moe_weight_tma(false)) fill shared memory with the same bytes, so the outputs
+// are equal bit for bit: decode tiles (16 rows) and prefill tiles (64), an odd count of K groups
+// for the down projection (I = 384: its last 2-group stage half past K, zeros either way), V3.2's
+// widths; and the TMA result matches the twin.
+TEST(CudaOps, MoeExpertsFp8WeightTmaEqualsCpAsyncBitForBit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const bool was = ops::cuda::fp8_moe_prefill_swapab();
+  ops::cuda::set_fp8_moe_prefill_swapab(true);
+  struct Shape {
+    int64_t E, D, I;
+  };
+  for (const Shape sh : {Shape{16, 1024, 384}, Shape{16, 7168, 2048}}) {
+    const Experts ex(sh.E, sh.D, sh.I);
+    for (int64_t n : {int64_t(5), int64_t(16), int64_t(300)}) {
+      const int64_t K = 8;
+      const Buffer ids = route_ids(n, K, expert_range(0, sh.E));
+      Buffer x = rand_f32({n, sh.D}, -2.0f, 2.0f);
+      Buffer w = rand_f32({n, K}, 0.1f, 0.5f);
+      DeviceBuffer dx = upload(x, DType::BF16), di = cuda::to_device(ids), dw = upload(w);
+      DeviceBuffer by_tma = poisoned(DType::F32, {n, sh.D}),
+                   by_copy = poisoned(DType::F32, {n, sh.D});
+      const bool tma_was = ops::cuda::set_fp8_moe_weight_tma(true);
+      ops::moe_experts(by_tma, dx, di, dw, ex.dev);
+      ops::cuda::set_fp8_moe_weight_tma(false);
+      ops::moe_experts(by_copy, dx, di, dw, ex.dev);
+      ops::cuda::set_fp8_moe_weight_tma(tma_was);
+      const Buffer a = download(by_tma), b = download(by_copy);
+      const std::string what = strf("E%lld [%lldx%lld] n=%lld", static_cast<long long>(sh.E),
+                                    static_cast<long long>(sh.I), static_cast<long long>(sh.D),
+                                    static_cast<long long>(n));
+      ASSERT_EQ(a.numel(), b.numel());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i)
+        differ += a.f32()[i] != b.f32()[i] || std::isnan(a.f32()[i]);
+      EXPECT_EQ(differ, 0) << what << ": TMA and cp.async weight tiles give other outputs";
+      if (sh.D == 1024) {  // the twin on the CPU (V3.2's widths are in the tests above)
+        round_bf16(x);
+        expect_close(what + " (TMA) vs twin", a, moe_w8a8_twin(x, ids, w, ex),
+                     n * K * sh.I >= 16384 ? 1e-2 : 2e-2);
+      }
+    }
+  }
+  ops::cuda::set_fp8_moe_prefill_swapab(was);
+}
+
 }  // namespace
 }  // namespace osprey

@@ -29,6 +29,7 @@
 //   tokens 4.0 vs 13.4 ms a layer, 5000 tokens 8.4 vs 27.9 ms); OSPREY_MOE_PREFILL=wmma keeps WMMA.
 //   x [n, D], out [n, D]: F32 or BF16. Experts: BF16 or F8_E4M3 + 128×128 scales, all of one
 //   dtype and shape, D and I multiples of 16 (moe_gemm.cu's preconditions); E ≤ 1024.
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -37,6 +38,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
+#include "ops/cuda/hopper/tma_map.h"
 #include "ops/cuda/moe_experts.cuh"
 #include "ops/gemm.h"
 #include "ops/moe.h"
@@ -203,12 +205,13 @@ struct ExpertTable {
   std::vector<MoeExpertPtrs> host;  // [E] what dev holds
   MoeExpertPtrs* dev = nullptr;     // [E] on the device; never freed while the process lives,
   size_t capacity = 0;              //      like the scratch arena (one table per MoE layer)
+  CUtensorMap* maps = nullptr;      // [E][3] gate, up, down of F8_E4M3 experts (capacity rows)
 };
 
 // Validates the list (host metadata only) and returns its device table, uploading it when the
 // list is new or a pointer changed. Sets weight_type and I.
 const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_t D,
-                                  DType& weight_type, int64_t& I) {
+                                  DType& weight_type, int64_t& I, bool& maps) {
   static std::mutex mu;
   static std::unordered_map<const MlpWeights*, ExpertTable> cache;  // key: the list's storage
   const std::lock_guard<std::mutex> lock(mu);
@@ -232,11 +235,17 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
   };
   ExpertTable& t = cache[experts.data()];
   bool same = t.host.size() == experts.size();
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const MoeExpertPtrs p = ptrs_of(e);
-    same = same && t.host[e] == p;
+  for (size_t e = 0; e < experts.size() && same; ++e) {
+    MoeExpertPtrs p = ptrs_of(e);
+    p.gate_map = t.host[e].gate_map;  // the maps follow from the pointers
+    p.up_map = t.host[e].up_map;
+    p.down_map = t.host[e].down_map;
+    same = t.host[e] == p;
   }
-  if (same) return t.dev;
+  if (same) {
+    maps = t.host[0].gate_map != nullptr;
+    return t.dev;
+  }
   t.host.clear();  // rebuilt only after every expert passed its checks
   for (size_t e = 0; e < experts.size(); ++e) t.host.push_back(ptrs_of(e));
   // CUDA graphs: built on the first (eager) call for a layer's experts, with a synchronous copy on
@@ -248,8 +257,41 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
       OSPREY_CUDA_CHECK(cudaFree(t.dev));
     }
     OSPREY_CUDA_CHECK(cudaMalloc(&t.dev, experts.size() * sizeof(MoeExpertPtrs)));
+    if (t.maps) OSPREY_CUDA_CHECK(cudaFree(t.maps));
+    t.maps = nullptr;
+    if (weight_type == DType::F8_E4M3)
+      OSPREY_CUDA_CHECK(cudaMalloc(&t.maps, experts.size() * 3 * sizeof(CUtensorMap)));
     t.capacity = experts.size();
   }
+  // (TMA needs 16-byte aligned rows and bases; the kernels need D and I multiples of 128.)
+  const bool tma =
+      weight_type == DType::F8_E4M3 && D % 128 == 0 && I % 128 == 0 &&
+      std::all_of(t.host.begin(), t.host.end(), [](const MoeExpertPtrs& p) {
+        return (reinterpret_cast<uintptr_t>(p.gate) | reinterpret_cast<uintptr_t>(p.up) |
+                reinterpret_cast<uintptr_t>(p.down)) %
+                   16 ==
+               0;
+      });
+  if (tma) {
+    if (!t.maps) OSPREY_CUDA_CHECK(cudaMalloc(&t.maps, t.capacity * 3 * sizeof(CUtensorMap)));
+    // The TMA maps of each expert's three e4m3 matrices (boxes of 128 rows × 128 K bytes, the
+    // swap-AB kernels' weight tile), encoded on the host and uploaded with the table.
+    std::vector<CUtensorMap> maps(experts.size() * 3);
+    for (size_t e = 0; e < experts.size(); ++e) {
+      MoeExpertPtrs& p = t.host[e];
+      maps[3 * e] = hopper::tma_map_u8_2d_sw128(p.gate, uint64_t(D), uint64_t(I), uint64_t(D), 128);
+      maps[3 * e + 1] =
+          hopper::tma_map_u8_2d_sw128(p.up, uint64_t(D), uint64_t(I), uint64_t(D), 128);
+      maps[3 * e + 2] =
+          hopper::tma_map_u8_2d_sw128(p.down, uint64_t(I), uint64_t(D), uint64_t(I), 128);
+      p.gate_map = t.maps + 3 * e;
+      p.up_map = t.maps + 3 * e + 1;
+      p.down_map = t.maps + 3 * e + 2;
+    }
+    OSPREY_CUDA_CHECK(
+        cudaMemcpy(t.maps, maps.data(), maps.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+  }
+  maps = tma;
   // Ordered after the earlier launches on the (legacy default) stream that read the old table.
   OSPREY_CUDA_CHECK(cudaMemcpy(t.dev, t.host.data(), experts.size() * sizeof(MoeExpertPtrs),
                                cudaMemcpyHostToDevice));
@@ -272,7 +314,7 @@ MoeIndex moe_index_scratch(int64_t rows, int64_t E, int64_t max_tiles) {
 // The FP8 swap-AB path of moe_experts (see the header): same permutation contract with tiles of
 // tile_rows rows (16 at decode, 64 for prefill chunks), the swap-AB kernels, the same combine.
 void moe_experts_fp8_swapab(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                            const MoeExpertPtrs* table, int64_t E, int64_t D, int64_t I,
+                            const MoeExpertPtrs* table, bool maps, int64_t E, int64_t D, int64_t I,
                             int tile_rows) {
   const int64_t n = x.size(0), K = topk_ids.size(1), rows = n * K;
   const int64_t max_tiles = moe_max_tiles(rows, E, tile_rows);
@@ -294,8 +336,8 @@ void moe_experts_fp8_swapab(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_w
   launch_moe_permute(perm, inv, offsets, tiles, topk_ids.ptr<int32_t>(), int(rows), int(E),
                      int(max_tiles), tile_rows);
   launch_fp8_swapab_moe_gate_up(h8, hs, x8, xs, tiles, int(max_tiles), table, perm, int(K), D, I,
-                                tile_rows);
-  launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I, tile_rows);
+                                tile_rows, maps);
+  launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I, tile_rows, maps);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     moe_combine_kernel<To><<<unsigned(n), 256, 0, stream()>>>(static_cast<To*>(out.data), y, inv,
                                                               topk_weights.f32(), int(K), D);
@@ -357,12 +399,13 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
   if (n == 0) return;
   DType weight_type = DType::BF16;
   int64_t I = 0;
-  const MoeExpertPtrs* table = expert_table(experts, D, weight_type, I);
+  bool maps = false;
+  const MoeExpertPtrs* table = expert_table(experts, D, weight_type, I, maps);
   if (weight_type == DType::F8_E4M3 && fp8_swapab_enabled() && device_is_sm90() &&
       D % kFp8BlockSize == 0 && I % kFp8BlockSize == 0 &&
       (n <= kSwapAbMoeMaxTokens || g_moe_prefill_swapab)) {
     moe_experts_fp8_swapab(
-        out, x, topk_ids, topk_weights, table, E, D, I,
+        out, x, topk_ids, topk_weights, table, maps, E, D, I,
         n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows : kSwapAbMoePrefillTileRows);
     return;
   }

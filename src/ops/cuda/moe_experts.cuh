@@ -18,6 +18,12 @@ struct MoeExpertPtrs {
   const float* gate_scale;  // [ceil(I/128), ceil(D/128)] F32 (F8_E4M3 only)
   const float* up_scale;    // [ceil(I/128), ceil(D/128)]
   const float* down_scale;  // [ceil(D/128), ceil(I/128)]
+  // F8_E4M3 weights: device CUtensorMaps of gate, up and down (hopper/tma_map.h
+  // tma_map_u8_2d_sw128, boxes of 128 rows × 128 bytes) for the swap-AB kernels' TMA weight loads;
+  // null for BF16 weights. Derived from the pointers above (moe.cu builds them with the table).
+  const void* gate_map = nullptr;
+  const void* up_map = nullptr;
+  const void* down_map = nullptr;
   bool operator==(const MoeExpertPtrs&) const = default;
 };
 

@@ -17,7 +17,9 @@
 //   Warpgroup 0, the producer: per stage of kG consecutive 128-wide K groups ("k-blocks"; kG = 2
 //   for the dense path and down, 1 for gate/up, whose stage already holds two weights) it waits
 //   for a free stage and issues 16-byte cp.async copies of the 128 weight rows' kG·128 bytes (×2
-//   for gate/up; rows past N and k-blocks past K zero-fill),
+//   for gate/up; rows past N and k-blocks past K zero-fill) — in the MoE modes, with the experts'
+//   TMA maps (MoeExpertPtrs::gate_map ..), thread 0 loads them instead as kNW·kG boxes
+//   [128 rows × 128 bytes] on the stage's `full` barrier (expect_tx) —
 //   the BN token rows (gathered through perm for gate/up; columns past the tile's rows zero-fill,
 //   their scale 0) and the scales, all into the 128-byte swizzled layout (hopper/wgmma.cuh: an
 //   e4m3 row of 128 values is one SW128 row), then cp.async.mbarrier.arrive.noinc on the stage's
@@ -39,6 +41,7 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/cuda/hopper/sync.cuh"
+#include "ops/cuda/hopper/tma.cuh"
 
 namespace osprey::ops::cuda {
 
@@ -97,6 +100,7 @@ struct Params {
   float* ws;      // split-K partials [tiles, splits, 256, BN/2]
   int* counters;  // [tiles], zero between launches
   int splits;
+  bool weight_tma;  // MoE modes: the weight tiles come by TMA through the experts' maps
 };
 
 template <int BN>
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   int ncols = 0;
   const uint8_t* w[kNW];
   const float* wsc[kNW];
+  const void* wmap[kNW] = {};  // the weights' TMA maps (MoE modes with p.weight_tma)
   if constexpr (kMode == kDense) {
     tok0 = int64_t(blockIdx.x) * BN;
     ncols = int(min(int64_t(BN), p.n - tok0));
@@ -153,21 +158,29 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
       wsc[0] = e.gate_scale;
       w[kNW - 1] = static_cast<const uint8_t*>(e.up);
       wsc[kNW - 1] = e.up_scale;
+      wmap[0] = e.gate_map;
+      wmap[kNW - 1] = e.up_map;
     } else {
       w[0] = static_cast<const uint8_t*>(e.down);
       wsc[0] = e.down_scale;
+      wmap[0] = e.down_map;
     }
   }
   const int nsb = (nkb + kG - 1) / kG;  // stages of kG k-blocks (the last may hold fewer)
   const int sb_per = (nsb + p.splits - 1) / p.splits;
   const int sb0 = int(blockIdx.z) * sb_per, sb1 = min(nsb, sb0 + sb_per);
 
+  const bool tma = kMode != kDense && p.weight_tma;  // block-uniform
   if (tid == 0) {
     for (int s = 0; s < L::kStages; ++s) {
-      hw::mbar_init(&full[s], 128);          // every producer thread's noinc arrival
+      // every producer thread's noinc arrival, and thread 0's expect_tx arrival with TMA
+      hw::mbar_init(&full[s], tma ? 129 : 128);
       hw::mbar_init(&empty[s], kConsumers);  // every consumer thread
     }
     hw::mbar_init_fence();
+    if (tma)
+#pragma unroll
+      for (int wi = 0; wi < kNW; ++wi) hw::tma_prefetch_map(wmap[wi]);
   }
   __syncthreads();
 
@@ -203,16 +216,30 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
       uint8_t* st = smem + stage * L::kStageBytes;
       const int kb = sb * kG + gi;  // this thread's k-block; past nkb: zero-filled
       const bool kb_ok = kb < nkb;
+      if (tma) {
+        // One thread: the stage's kNW·kG weight boxes [128 rows × 128 K bytes] (rows past N and
+        // k-blocks past K arrive as zeros, their bytes counted).
+        if (tid == 0) {
+          hw::mbar_arrive_expect_tx(&full[stage], uint32_t(kNW * kG * kATileBytes));
 #pragma unroll
-      for (int wi = 0; wi < kNW; ++wi) {
+          for (int wi = 0; wi < kNW; ++wi)
 #pragma unroll
-        for (int i = 0; i < 8 * kG; ++i) {
-          const int r = r0 + kRowStep * i;
-          const int64_t row = int64_t(row_blk) * kBM + r;
-          const bool ok = row < N && kb_ok;
-          const uint8_t* src = w[wi] + (ok ? row * K + int64_t(kb) * kGroup + c * 16 : 0);
-          hw::cp_async_16(st + (wi * kG + gi) * kATileBytes + r * 128 + (((c ^ r) & 7) << 4), src,
-                          ok ? 16u : 0u);
+            for (int g = 0; g < kG; ++g)
+              hw::tma_load_2d(st + (wi * kG + g) * kATileBytes, wmap[wi], &full[stage],
+                              (sb * kG + g) * kGroup, row_blk * kBM);
+        }
+      } else {
+#pragma unroll
+        for (int wi = 0; wi < kNW; ++wi) {
+#pragma unroll
+          for (int i = 0; i < 8 * kG; ++i) {
+            const int r = r0 + kRowStep * i;
+            const int64_t row = int64_t(row_blk) * kBM + r;
+            const bool ok = row < N && kb_ok;
+            const uint8_t* src = w[wi] + (ok ? row * K + int64_t(kb) * kGroup + c * 16 : 0);
+            hw::cp_async_16(st + (wi * kG + gi) * kATileBytes + r * 128 + (((c ^ r) & 7) << 4), src,
+                            ok ? 16u : 0u);
+          }
         }
       }
 #pragma unroll
@@ -443,6 +470,15 @@ bool g_enabled = [] {
   return !(e && e[0] == '0');
 }();
 
+// The MoE modes' weight tiles by TMA (one thread a stage, boxes through the experts' maps) rather
+// than the producer warpgroup's 16-byte cp.async copies, whose address arithmetic made the integer
+// pipe the busiest of the prefill gate/up kernel (H200, Nsight Compute, 2048 tokens: ALU 44.9%,
+// issue slots 50.7% busy, 1.07 G instructions). OSPREY_MOE_WEIGHT_TMA=0 keeps cp.async.
+bool g_moe_weight_tma = [] {
+  const char* e = std::getenv("OSPREY_MOE_WEIGHT_TMA");
+  return !(e && e[0] == '0');
+}();
+
 // The split-K tile counters: zeroed once when (re)allocated; every launch leaves them zero. The
 // cudaMemset below is that one-time fill at allocation, outside any step: it runs on the first call
 // of a shape needing more counters than allocated (an eager call, as every growth of the scratch
@@ -512,6 +548,11 @@ int choose_splits(int64_t tiles, int nkb) {
 
 void set_fp8_swapab(bool allow) {
   g_enabled = allow;
+}
+bool set_fp8_moe_weight_tma(bool on) {
+  const bool was = g_moe_weight_tma;
+  g_moe_weight_tma = on;
+  return was;
 }
 void set_fp8_swapab_max_tokens(int64_t n) {
   OSPREY_CHECK(n >= 0 && n <= kSwapAbMaxTokens, "fp8 swap-AB: at most ", kSwapAbMaxTokens,
@@ -619,8 +660,9 @@ void check_moe_tile_rows(int tile_rows) {
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
                                    const MoeTile* tiles, int max_tiles,
                                    const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
-                                   int64_t D, int64_t I, int tile_rows) {
+                                   int64_t D, int64_t I, int tile_rows, bool weight_maps) {
   Params p = moe_params(tiles, experts, x8, xs, I, D);
+  p.weight_tma = weight_maps && g_moe_weight_tma;
   check_moe_tile_rows(tile_rows);
   if (max_tiles == 0) return;
   p.perm = perm;
@@ -636,8 +678,9 @@ void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, co
 
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
                                 int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I,
-                                int tile_rows) {
+                                int tile_rows, bool weight_maps) {
   Params p = moe_params(tiles, experts, h8, hs, D, I);
+  p.weight_tma = weight_maps && g_moe_weight_tma;
   check_moe_tile_rows(tile_rows);
   if (max_tiles == 0) return;
   p.y = y;

@@ -57,10 +57,14 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
 void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, const float* xs,
                                    const MoeTile* tiles, int max_tiles,
                                    const MoeExpertPtrs* experts, const int32_t* perm, int top_k,
-                                   int64_t D, int64_t I, int tile_rows);
+                                   int64_t D, int64_t I, int tile_rows, bool weight_maps);
 // y [rows, D] F32 = h8 · downᵀ block-scaled, per tile with its expert's down.
 void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, const MoeTile* tiles,
                                 int max_tiles, const MoeExpertPtrs* experts, int64_t D, int64_t I,
-                                int tile_rows);
+                                int tile_rows, bool weight_maps);
+// weight_maps: every expert of the table has its TMA maps (MoeExpertPtrs::gate_map ..); the
+// kernels then load the weight tiles by TMA unless set_fp8_moe_weight_tma(false) /
+// OSPREY_MOE_WEIGHT_TMA=0. Returns the previous setting.
+bool set_fp8_moe_weight_tma(bool on);
 
 }  // namespace osprey::ops::cuda

@@ -39,4 +39,22 @@ CUtensorMap tma_map_bf16_3d_sw128(const void* base, uint64_t d0, uint64_t d1, ui
   return map;
 }
 
+CUtensorMap tma_map_u8_2d_sw128(const void* base, uint64_t cols, uint64_t rows, uint64_t row_bytes,
+                                uint32_t box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {128, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  // L2 promotion of 256 bytes: a weight row's next K group (the next stage's box) comes with it.
+  const CUresult r =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
+                     box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  OSPREY_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for [",
+               rows, ", ", cols, "] bytes at ", base, ", row stride ", row_bytes, ", box [",
+               box_rows, ", 128]");
+  return map;
+}
+
 }  // namespace osprey::ops::cuda::hopper
