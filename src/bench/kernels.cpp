@@ -209,7 +209,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       variants = {{MlaPrefillKernel::Pipelined, cost0, s.kernel},
                   {MlaPrefillKernel::Seesaw, cost0, "  seesaw"}};
       for (int c : {0, 2, 8})
-        if (c != cost0) variants.push_back({MlaPrefillKernel::Pipelined, c, "  cost " + std::to_string(c)});
+        if (c != cost0)
+          variants.push_back({MlaPrefillKernel::Pipelined, c, "  cost " + std::to_string(c)});
     }
     for (const Variant& v : variants) {
       const MlaPrefillKernel pk = v.kernel;

@@ -290,8 +290,9 @@ std::vector<int32_t> from_device(const int32_t* p, size_t n) {
 }
 
 // The device plan (split_kv.cu) equals the host reference (ops/mla_plan.h) array for array: a
-// decode batch with no per-token cost (equal runs of blocks), a causal 1440-token chunk and a ragged
-// prefill batch with the prefill cost, on 66 and 132 parts; and the cost changes the cut there.
+// decode batch with no per-token cost (equal runs of blocks), a causal 1440-token chunk and a
+// ragged prefill batch with the prefill cost, on 66 and 132 parts; and the cost changes the cut
+// there.
 TEST(CudaMlaSm90, SplitPlanMatchesHostReference) {
   OSPREY_REQUIRE_GPU();
   struct Case {

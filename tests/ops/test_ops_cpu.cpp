@@ -418,7 +418,8 @@ void expect_mla_plan_consistent(const ops::MlaPlanReference& r) {
     EXPECT_GT(r.part_start[size_t(f) + 1], r.cum[t]);
     EXPECT_LE(r.part_start[size_t(f + ns - 1)], r.cum[t + 1] - 1);
     EXPECT_GE(r.part_start[size_t(f + ns)], r.cum[t + 1]);
-    for (int p = f; p < f + ns; ++p) EXPECT_LT(r.part_start[size_t(p)], r.part_start[size_t(p) + 1]);
+    for (int p = f; p < f + ns; ++p)
+      EXPECT_LT(r.part_start[size_t(p)], r.part_start[size_t(p) + 1]);
     EXPECT_EQ(r.split_base[t], slots) << t;
     slots += ns > 1 ? ns : 0;
   }

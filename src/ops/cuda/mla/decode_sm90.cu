@@ -109,7 +109,7 @@ struct Params {
   const int32_t* topk;
   int64_t topk_k;
   int H;
-  float scale_log2;  // softmax scale · log2(e)
+  float scale_log2;           // softmax scale · log2(e)
   const int32_t* cum;         // the split-KV plan (split_kv.cuh): [n_tokens + 1]
   const int32_t* split_base;  // [n_tokens + 1]
   const int32_t* part_start;  // [n_parts + 1]
@@ -312,8 +312,8 @@ __device__ __forceinline__ void sum_rows(float& l0, float& l1, float (*row_sum)[
 // else to its split slot for mla_combine_splits (base-2 lse there).
 template <typename To>
 __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128], int t, int part,
-                                          int w, int r0, int r1,
-                                          int cq, int g, float l0, float l1, float m0, float m1) {
+                                          int w, int r0, int r1, int cq, int g, float l0, float l1,
+                                          float m0, float m1) {
   const int lane = threadIdx.x & 31;
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const float lse0 = l0 > 0.0f ? m0 + log2f(l0) : -INFINITY;
@@ -1430,8 +1430,8 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
     map = &kv_map;
   }
   // The prefill variant: chosen, and a BF16 sparse call with a sequence of several query tokens.
-  const bool pipelined = prefill_kernel_setting() == MlaPrefillKernel::Pipelined && g_seesaw && sparse &&
-                         !fp8 && m.n_tokens > m.n_seqs;
+  const bool pipelined = prefill_kernel_setting() == MlaPrefillKernel::Pipelined && g_seesaw &&
+                         sparse && !fp8 && m.n_tokens > m.n_seqs;
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {
     if (out_bf16)

@@ -197,8 +197,9 @@ void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_
     mla_combine_kernel<bf16><<<grid, kCombineHeads * 32, 0, stream()>>>(
         static_cast<bf16*>(out), lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
   else
-    mla_combine_kernel<float><<<grid, kCombineHeads * 32, 0, stream()>>>(
-        static_cast<float*>(out), lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
+    mla_combine_kernel<float>
+        <<<grid, kCombineHeads * 32, 0, stream()>>>(static_cast<float*>(out), lse, part_o, part_lse,
+                                                    plan.n_splits, plan.split_base, H, kv_lora);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

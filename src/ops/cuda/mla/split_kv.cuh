@@ -3,10 +3,10 @@
 // The plan's arithmetic is ops/mla_plan.h: the tokens' 64-entry blocks laid end to end in token
 // order and cut into n_parts runs of equal cost, a token costing its blocks plus `fixed` blocks'
 // worth of per-token work (0 for decode batches: equal runs of blocks, FlashMLA's "SM parts";
-// ops::kMlaPrefillTokenCost for prompt chunks, whose early tokens attend a block or two each). A token
-// whose blocks fall in one run is finished by that part (its output written directly); a token cut
-// across runs has n_splits[t] partials, combined afterwards. The plan is device arrays built by one
-// kernel:
+// ops::kMlaPrefillTokenCost for prompt chunks, whose early tokens attend a block or two each). A
+// token whose blocks fall in one run is finished by that part (its output written directly); a
+// token cut across runs has n_splits[t] partials, combined afterwards. The plan is device arrays
+// built by one kernel:
 //   cum        [n_tokens + 1] I32  exclusive prefix sum of the tokens' blocks (cum[n] = total)
 //   split_base [n_tokens + 1] I32  first partial slot of token t: prefix sum of n_splits over
 //                                  the split tokens (n_splits > 1) before t
