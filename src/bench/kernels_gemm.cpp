@@ -200,10 +200,8 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       "WMMA grouped GEMMs, weights dequantised to BF16 in the kernel (OSPREY_MOE_PREFILL=wmma); "
       "prefill rows' time_us = the swap-AB kernel with 64-row tiles (the mainline past 128 "
       "tokens), weight tiles by TMA; cpasync_us = the same kernels with the weight tiles by "
-      "cp.async "
-      "copies (OSPREY_MOE_WEIGHT_TMA=0); rel_diff = the two paths' outputs (W8A8 vs W8A16 "
-      "arithmetic); "
-      "median of %d after %d warm-up, L2 flushed)\n",
+      "cp.async copies (OSPREY_MOE_WEIGHT_TMA=0); rel_diff = the two paths' outputs (W8A8 vs "
+      "W8A16 arithmetic); median of %d after %d warm-up, L2 flushed)\n",
       o.iters, o.warmup);
 }
 }  // namespace
