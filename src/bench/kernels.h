@@ -18,7 +18,7 @@ struct KernelOptions {
   uint64_t seed = 1;
   bool baseline = true;     // also time the CUDA-core kernels on a few shapes
   bool quick = false;       // a few shapes only (smoke runs)
-  std::vector<int64_t> ms;  // gemm: the token counts (empty: 1, 16, 32, 64, 128, 256, 4096, 16384)
+  std::vector<int64_t> ms;  // gemm, moe: the token counts (empty: each op's list)
   std::string mla_kernel;   // mla: only this kernel's shapes ("dense decode" ...; empty: all)
 };
 

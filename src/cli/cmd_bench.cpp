@@ -244,7 +244,7 @@ void add_kernels(CLI::App& bench) {
   sub->add_option("--seed", a->seed, "random inputs")->capture_default_str();
   sub->add_flag("!--no-baseline", a->baseline, "skip timing the CUDA-core kernels");
   sub->add_flag("--quick", a->quick, "three shapes only");
-  sub->add_option("--m", a->ms, "gemm: token counts, comma-separated")->delimiter(',');
+  sub->add_option("--m", a->ms, "gemm and moe: token counts, comma-separated")->delimiter(',');
   sub->add_option("--mla-kernel", a->mla_kernel,
                   "mla: only the shapes of one kernel: 'sparse decode', 'dense decode' or "
                   "'sparse prefill'");

@@ -1,8 +1,6 @@
 // The host reference of the sm90 MLA split-KV plan (ops/mla_plan.h).
 #include "ops/mla_plan.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace osprey::ops {
@@ -14,8 +12,7 @@ MlaPlanReference mla_plan_reference(const std::vector<int32_t>& positions, int64
   MlaPlanReference r;
   r.cum.assign(size_t(n) + 1, 0);
   for (int t = 0; t < n; ++t) {
-    const int64_t L = std::min<int64_t>(int64_t(positions[size_t(t)]) + 1, clamp);
-    r.cum[size_t(t) + 1] = r.cum[size_t(t)] + int32_t((L + kMlaPlanBlockN - 1) / kMlaPlanBlockN);
+    r.cum[size_t(t) + 1] = r.cum[size_t(t)] + mla_token_blocks(positions[size_t(t)], clamp);
   }
   const int32_t payload = mla_plan_payload(r.cum[size_t(n)], n, fixed, n_parts);
   r.part_start.resize(size_t(n_parts) + 1);

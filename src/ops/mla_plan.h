@@ -35,6 +35,16 @@ constexpr int kMlaPlanBlockN = 64;  // attended entries a block (the kernels' pi
 // (ops/cuda/mla/hooks.h set_mla_prefill_token_cost).
 constexpr int32_t kMlaPrefillTokenCost = 4;
 
+// L_t = min(p + 1, clamp): the entries a token at position p attends (clamp = the sparse top-k;
+// no clamp, INT64_MAX, for dense attention), and nb_t = ceil(L_t / 64), its blocks in the plan.
+// The plan (host and device) and the kernels' per-token loops take both from here.
+OSPREY_HOST_DEVICE inline int64_t mla_token_entries(int64_t position, int64_t clamp) {
+  return position + 1 < clamp ? position + 1 : clamp;
+}
+OSPREY_HOST_DEVICE inline int32_t mla_token_blocks(int64_t position, int64_t clamp) {
+  return int32_t((mla_token_entries(position, clamp) + kMlaPlanBlockN - 1) / kMlaPlanBlockN);
+}
+
 OSPREY_HOST_DEVICE inline int32_t mla_plan_payload(int32_t total, int n_tokens, int32_t fixed,
                                                    int n_parts) {
   const int64_t T = int64_t(total) + int64_t(fixed) * n_tokens;

@@ -361,6 +361,28 @@ TEST(CudaOps, MoeExpertsFp8PrefillVariantMatchesW8A8Twin) {
   ops::cuda::set_fp8_moe_prefill_swapab(was);
 }
 
+// moe_experts twice on the same inputs, once with each setting of a kernel switch (set(true),
+// then set(false); the switch restored after), and the number of outputs whose bits differ (NaN
+// counts as differing); `on` gets the first output.
+int64_t moe_bits_differ(const Experts& ex, const Buffer& ids, const Buffer& x, const Buffer& w,
+                        bool (*set)(bool), Buffer& on) {
+  DeviceBuffer dx = upload(x, DType::BF16), di = cuda::to_device(ids), dw = upload(w);
+  const int64_t n = x.shape()[0], D = x.shape()[1];
+  DeviceBuffer a_dev = poisoned(DType::F32, {n, D}), b_dev = poisoned(DType::F32, {n, D});
+  const bool was = set(true);
+  ops::moe_experts(a_dev, dx, di, dw, ex.dev);
+  set(false);
+  ops::moe_experts(b_dev, dx, di, dw, ex.dev);
+  set(was);
+  on = download(a_dev);
+  const Buffer b = download(b_dev);
+  EXPECT_EQ(on.numel(), b.numel());
+  int64_t differ = 0;
+  for (int64_t i = 0; i < on.numel(); ++i)
+    differ += on.f32()[i] != b.f32()[i] || std::isnan(on.f32()[i]);
+  return differ;
+}
+
 // The weight tiles by TMA (the default, through the experts' maps) and by the producer's cp.async
 // copies (set_fp8_moe_weight_tma(false)) fill shared memory with the same bytes, so the outputs
 // are equal bit for bit: decode tiles (16 rows) and prefill tiles (64), an odd count of K groups
@@ -381,29 +403,101 @@ TEST(CudaOps, MoeExpertsFp8WeightTmaEqualsCpAsyncBitForBit) {
       const Buffer ids = route_ids(n, K, expert_range(0, sh.E));
       Buffer x = rand_f32({n, sh.D}, -2.0f, 2.0f);
       Buffer w = rand_f32({n, K}, 0.1f, 0.5f);
-      DeviceBuffer dx = upload(x, DType::BF16), di = cuda::to_device(ids), dw = upload(w);
-      DeviceBuffer by_tma = poisoned(DType::F32, {n, sh.D}),
-                   by_copy = poisoned(DType::F32, {n, sh.D});
-      const bool tma_was = ops::cuda::set_fp8_moe_weight_tma(true);
-      ops::moe_experts(by_tma, dx, di, dw, ex.dev);
-      ops::cuda::set_fp8_moe_weight_tma(false);
-      ops::moe_experts(by_copy, dx, di, dw, ex.dev);
-      ops::cuda::set_fp8_moe_weight_tma(tma_was);
-      const Buffer a = download(by_tma), b = download(by_copy);
       const std::string what = strf("E%lld [%lldx%lld] n=%lld", static_cast<long long>(sh.E),
                                     static_cast<long long>(sh.I), static_cast<long long>(sh.D),
                                     static_cast<long long>(n));
-      ASSERT_EQ(a.numel(), b.numel());
-      int64_t differ = 0;
-      for (int64_t i = 0; i < a.numel(); ++i)
-        differ += a.f32()[i] != b.f32()[i] || std::isnan(a.f32()[i]);
-      EXPECT_EQ(differ, 0) << what << ": TMA and cp.async weight tiles give other outputs";
+      Buffer a;
+      EXPECT_EQ(moe_bits_differ(ex, ids, x, w, ops::cuda::set_fp8_moe_weight_tma, a), 0)
+          << what << ": TMA and cp.async weight tiles give other outputs";
       if (sh.D == 1024) {  // the twin on the CPU (V3.2's widths are in the tests above)
         round_bf16(x);
         expect_close(what + " (TMA) vs twin", a, moe_w8a8_twin(x, ids, w, ex),
                      n * K * sh.I >= 16384 ? 1e-2 : 2e-2);
       }
     }
+  }
+  ops::cuda::set_fp8_moe_prefill_swapab(was);
+}
+
+// The MoE grids (ops::cuda::MoeGrid): one block a work item, and persistent (one block an SM)
+// with static strides or claimed items (the default) run the same arithmetic in the same order:
+// equal outputs bit for bit. Decode (16-row) and prefill (64-row) tiles; more items than the
+// H200's 132 SMs in most cases (V3.2's widths at 16 tokens: 256 gate/up items; at 300: 768
+// gate/up and 2688 down; 700 skewed tokens at I = 384: ~300 gate/up), so a block takes several
+// items, its stages running on from one item into the next and the gate/up epilogue's shared amax
+// buffer reused; down at I = 128 has one stage an item (384 items: the stage ring wraps across
+// items); fewer items than SMs (5 tokens); idle experts and one expert in every token; claimed
+// items twice in a row (the counters left at zero by the first launch); the default grid's result
+// against the twin.
+TEST(CudaOps, MoeExpertsFp8GridsEqualBitForBit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const bool was = ops::cuda::fp8_moe_prefill_swapab();
+  ops::cuda::set_fp8_moe_prefill_swapab(true);
+  using ops::cuda::MoeGrid;
+  const MoeGrid grid_was = ops::cuda::set_fp8_moe_grid(MoeGrid::kClaimed);
+  struct Case {
+    int64_t E, D, I, n;
+    bool skewed;  // experts 4..14 only, expert 3 in every token
+  };
+  for (const Case c : {Case{16, 1024, 128, 300, false}, Case{16, 1024, 384, 5, false},
+                       Case{16, 1024, 384, 100, false}, Case{16, 1024, 384, 700, true},
+                       Case{16, 7168, 2048, 16, false}, Case{16, 7168, 2048, 300, false}}) {
+    const Experts ex(c.E, c.D, c.I);
+    const int64_t K = 8;
+    const Buffer ids = c.skewed ? route_ids(c.n, K, expert_range(4, 15), 3)
+                                : route_ids(c.n, K, expert_range(0, c.E));
+    Buffer x = rand_f32({c.n, c.D}, -2.0f, 2.0f);
+    const Buffer w = rand_f32({c.n, K}, 0.1f, 0.5f);
+    const std::string what =
+        strf("E%lld [%lldx%lld] n=%lld%s", static_cast<long long>(c.E), static_cast<long long>(c.I),
+             static_cast<long long>(c.D), static_cast<long long>(c.n), c.skewed ? " skewed" : "");
+    DeviceBuffer dx = upload(x, DType::BF16), di = cuda::to_device(ids), dw = upload(w);
+    std::vector<Buffer> outs;
+    for (const MoeGrid g :
+         {MoeGrid::kClaimed, MoeGrid::kClaimed, MoeGrid::kItems, MoeGrid::kStrided}) {
+      DeviceBuffer y = poisoned(DType::F32, {c.n, c.D});
+      ops::cuda::set_fp8_moe_grid(g);
+      ops::moe_experts(y, dx, di, dw, ex.dev);
+      outs.push_back(download(y));
+    }
+    const char* names[] = {"claimed (again)", "one block an item", "strided"};
+    for (size_t j = 1; j < outs.size(); ++j) {
+      int64_t differ = 0;
+      for (int64_t i = 0; i < outs[0].numel(); ++i)
+        differ += outs[0].f32()[i] != outs[j].f32()[i] || std::isnan(outs[0].f32()[i]);
+      EXPECT_EQ(differ, 0) << what << ": the claimed grid and " << names[j - 1]
+                           << " give other outputs";
+    }
+    if (c.D == 1024) {
+      round_bf16(x);
+      expect_close(what + " (claimed grid) vs twin", outs[0], moe_w8a8_twin(x, ids, w, ex),
+                   c.n * K * c.I >= 16384 ? 1e-2 : 2e-2);
+    }
+  }
+  ops::cuda::set_fp8_moe_grid(grid_was);
+  ops::cuda::set_fp8_moe_prefill_swapab(was);
+}
+
+// The prefill down projection with one K group a pipeline stage (8 stages) or two (4, the
+// default): the same promotion order, so the same bits; an odd K-group count (I = 384) and
+// V3.2's widths.
+bool down_single_groups(bool on) {
+  return ops::cuda::set_fp8_moe_down_groups(on ? 1 : 2) == 1;
+}
+TEST(CudaOps, MoeExpertsFp8DownGroupsEqualBitForBit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const bool was = ops::cuda::fp8_moe_prefill_swapab();
+  ops::cuda::set_fp8_moe_prefill_swapab(true);
+  for (const int64_t I : {int64_t(384), int64_t(2048)}) {
+    const int64_t E = 16, D = I == 384 ? 1024 : 7168, K = 8, n = 300;
+    const Experts ex(E, D, I);
+    const Buffer ids = route_ids(n, K, expert_range(0, int32_t(E)));
+    const Buffer x = rand_f32({n, D}, -2.0f, 2.0f), w = rand_f32({n, K}, 0.1f, 0.5f);
+    Buffer a;
+    EXPECT_EQ(moe_bits_differ(ex, ids, x, w, down_single_groups, a), 0)
+        << "I " << I << ": one and two K groups a down stage give other outputs";
   }
   ops::cuda::set_fp8_moe_prefill_swapab(was);
 }

@@ -257,10 +257,8 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
       OSPREY_CUDA_CHECK(cudaFree(t.dev));
     }
     OSPREY_CUDA_CHECK(cudaMalloc(&t.dev, experts.size() * sizeof(MoeExpertPtrs)));
-    if (t.maps) OSPREY_CUDA_CHECK(cudaFree(t.maps));
-    t.maps = nullptr;
-    if (weight_type == DType::F8_E4M3)
-      OSPREY_CUDA_CHECK(cudaMalloc(&t.maps, experts.size() * 3 * sizeof(CUtensorMap)));
+    if (t.maps) OSPREY_CUDA_CHECK(cudaFree(t.maps));  // reallocated below at the new capacity
+    t.maps = nullptr;                                 // if these experts take TMA maps
     t.capacity = experts.size();
   }
   // (TMA needs 16-byte aligned rows and bases; the kernels need D and I multiples of 128.)
@@ -276,20 +274,21 @@ const MoeExpertPtrs* expert_table(const std::vector<MlpWeights>& experts, int64_
     if (!t.maps) OSPREY_CUDA_CHECK(cudaMalloc(&t.maps, t.capacity * 3 * sizeof(CUtensorMap)));
     // The TMA maps of each expert's three e4m3 matrices (boxes of 128 rows × 128 K bytes, the
     // swap-AB kernels' weight tile), encoded on the host and uploaded with the table.
-    std::vector<CUtensorMap> maps(experts.size() * 3);
+    std::vector<CUtensorMap> encoded(experts.size() * 3);
     for (size_t e = 0; e < experts.size(); ++e) {
       MoeExpertPtrs& p = t.host[e];
-      maps[3 * e] = hopper::tma_map_u8_2d_sw128(p.gate, uint64_t(D), uint64_t(I), uint64_t(D), 128);
-      maps[3 * e + 1] =
+      encoded[3 * e] =
+          hopper::tma_map_u8_2d_sw128(p.gate, uint64_t(D), uint64_t(I), uint64_t(D), 128);
+      encoded[3 * e + 1] =
           hopper::tma_map_u8_2d_sw128(p.up, uint64_t(D), uint64_t(I), uint64_t(D), 128);
-      maps[3 * e + 2] =
+      encoded[3 * e + 2] =
           hopper::tma_map_u8_2d_sw128(p.down, uint64_t(I), uint64_t(D), uint64_t(I), 128);
       p.gate_map = t.maps + 3 * e;
       p.up_map = t.maps + 3 * e + 1;
       p.down_map = t.maps + 3 * e + 2;
     }
-    OSPREY_CUDA_CHECK(
-        cudaMemcpy(t.maps, maps.data(), maps.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+    OSPREY_CUDA_CHECK(cudaMemcpy(t.maps, encoded.data(), encoded.size() * sizeof(CUtensorMap),
+                                 cudaMemcpyHostToDevice));
   }
   maps = tma;
   // Ordered after the earlier launches on the (legacy default) stream that read the old table.

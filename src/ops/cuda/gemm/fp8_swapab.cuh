@@ -66,5 +66,14 @@ void launch_fp8_swapab_moe_down(float* y, const uint8_t* h8, const float* hs, co
 // kernels then load the weight tiles by TMA unless set_fp8_moe_weight_tma(false) /
 // OSPREY_MOE_WEIGHT_TMA=0. Returns the previous setting.
 bool set_fp8_moe_weight_tma(bool on);
+// The MoE launches' grid: one block a work item (kItems), or persistent, one block an SM walking
+// the items by static strides (kStrided) or claiming the next one from a counter (kClaimed, the
+// default); OSPREY_MOE_GRID=items|strided|claimed. The same arithmetic, bit for bit. Returns the
+// previous setting.
+enum class MoeGrid { kItems, kStrided, kClaimed };
+MoeGrid set_fp8_moe_grid(MoeGrid g);
+// K groups a pipeline stage of the prefill (64-row) down projection: 2 (default) or 1, a benchmark
+// variant; the same bits either way. Returns the previous value.
+int set_fp8_moe_down_groups(int groups);
 
 }  // namespace osprey::ops::cuda

@@ -121,7 +121,7 @@ struct Params {
 // Attended entries of token t: L_t as in the plan.
 template <bool kSparse>
 __device__ __forceinline__ int entries_of(const Params& a, int64_t p) {
-  return kSparse ? int(a.topk_k < p + 1 ? a.topk_k : p + 1) : int(p + 1);
+  return int(mla_token_entries(p, kSparse ? int64_t(a.topk_k) : INT64_MAX));
 }
 
 __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int base = 0; base < n_tokens; base += kPlanThreads) {
     const int t = base + int(threadIdx.x);
     int32_t nb = 0;
-    if (t < n_tokens) nb = (min(positions[t] + 1, clamp) + kMlaBlockN - 1) / kMlaBlockN;
+    if (t < n_tokens) nb = mla_token_blocks(positions[t], clamp);
     int32_t excl = 0, sum = 0;
     Scan(tmp).ExclusiveSum(nb, excl, sum);
     if (t < n_tokens) cum[t] = carry + excl;
