@@ -502,5 +502,24 @@ TEST(CudaOps, MoeExpertsFp8DownGroupsEqualBitForBit) {
   ops::cuda::set_fp8_moe_prefill_swapab(was);
 }
 
+// Prefill gate/up with gate and up as two wgmma groups (gate promoted while up's run) or one
+// group: the same promotions in the same order, so the same bits.
+TEST(CudaOps, MoeExpertsFp8SplitWaitsEqualBitForBit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const bool was = ops::cuda::fp8_moe_prefill_swapab();
+  ops::cuda::set_fp8_moe_prefill_swapab(true);
+  for (const int64_t I : {int64_t(384), int64_t(2048)}) {
+    const int64_t E = 16, D = I == 384 ? 1024 : 7168, K = 8, n = 300;
+    const Experts ex(E, D, I);
+    const Buffer ids = route_ids(n, K, expert_range(0, int32_t(E)));
+    const Buffer x = rand_f32({n, D}, -2.0f, 2.0f), w = rand_f32({n, K}, 0.1f, 0.5f);
+    Buffer a;
+    EXPECT_EQ(moe_bits_differ(ex, ids, x, w, ops::cuda::set_fp8_moe_split_waits, a), 0)
+        << "I " << I << ": gate/up with one and two wgmma groups give other outputs";
+  }
+  ops::cuda::set_fp8_moe_prefill_swapab(was);
+}
+
 }  // namespace
 }  // namespace osprey

@@ -185,12 +185,14 @@ __device__ __forceinline__ float silu(float g) {
   return g / (1.0f + __expf(-g));
 }
 
-template <int BN, int kMode, int kG, typename Ty>
+// kSplit: prefill gate/up only, gate and up as two wgmma groups (set_fp8_moe_split_waits).
+template <int BN, int kMode, int kG, typename Ty, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p) {
   using L = Layout<BN, kMode, kG>;
   constexpr int kNW = L::kNW;
   constexpr int kR = BN / 2;  // accumulator registers a thread, per weight
   constexpr bool kRealloc = kMode == kGateUp && BN == 64;  // prefill gate/up (kMoeConsumerRegs)
+  static_assert(!kSplit || kRealloc);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -401,9 +403,10 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
             const uint64_t db = hw::sw128_desc(st + L::kBOff + g * BN * kGroup + k * 32, 16, 1024);
             mma_k32<BN>(part[g][wi], da, db, k > 0);
           }
+          if constexpr (kSplit) hw::wgmma_commit();  // gate and up: one group each
         }
       }
-      hw::wgmma_commit();
+      if constexpr (!kSplit) hw::wgmma_commit();
       float sw[kG][kNW];
       float sa[kG][kR / 2];  // the thread's columns: 8·j + 2·(lane % 4) + b, index 2j + b
       // The stage's scales, read before the stage is released: while the wgmma run, or (prefill
@@ -423,6 +426,25 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
           }
         }
       };
+      if constexpr (kRealloc) {
+        if constexpr (kSplit) {
+          // Gate's partial promoted while up's wgmma still run (the same sums in the same order).
+          static_assert(kG == 1 && kNW == 2);
+          hw::wgmma_wait<1>();
+          hw::fence_regs(part[0][0]);
+          load_scales();
+#pragma unroll
+          for (int i = 0; i < kR; ++i)
+            acc[0][i] += part[0][0][i] * (sw[0][0] * sa[0][(i >> 2) * 2 + (i & 1)]);
+          hw::wgmma_wait<0>();
+          hw::fence_regs(part[0][1]);
+          hw::mbar_arrive(&empty[stage]);
+#pragma unroll
+          for (int i = 0; i < kR; ++i)
+            acc[1][i] += part[0][1][i] * (sw[0][1] * sa[0][(i >> 2) * 2 + (i & 1)]);
+          continue;
+        }
+      }
       if constexpr (!kRealloc) load_scales();
       hw::wgmma_wait<0>();
 #pragma unroll
@@ -621,6 +643,15 @@ MoeGrid g_moe_grid = [] {
 // variant (bench kernels --op moe); the same arithmetic in the same order either way.
 int g_moe_down_groups = 2;
 
+// Prefill gate/up: the gate and up wgmma of a k-block committed as two groups, the gate partial
+// promoted while up's still run (wgmma_wait<1>), instead of one group and one wait: a benchmark
+// variant (bench kernels --op moe; OSPREY_MOE_SPLIT_WAITS=1 for whole runs); the same bits either
+// way.
+bool g_moe_split_waits = [] {
+  const char* e = std::getenv("OSPREY_MOE_SPLIT_WAITS");
+  return e && e[0] == '1';
+}();
+
 // The claimed grid's counters [2] (Params::sched), zeroed once at allocation (as split_counters
 // below); every launch leaves them zero.
 int* moe_sched_counters() {
@@ -656,17 +687,17 @@ int* split_counters(size_t n) {
   return buf;
 }
 
-template <int BN, int kMode, int kG, typename Ty>
+template <int BN, int kMode, int kG, typename Ty, bool kSplit = false>
 void launch(const Params& p, const dim3& grid) {
   using L = Layout<BN, kMode, kG>;
   static const bool attr = [] {
-    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(fp8_swapab_kernel<BN, kMode, kG, Ty>,
+    OSPREY_CUDA_CHECK(cudaFuncSetAttribute(fp8_swapab_kernel<BN, kMode, kG, Ty, kSplit>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(L::kSmem)));
     return true;
   }();
   (void)attr;
-  fp8_swapab_kernel<BN, kMode, kG, Ty><<<grid, kThreads, L::kSmem, stream()>>>(p);
+  fp8_swapab_kernel<BN, kMode, kG, Ty, kSplit><<<grid, kThreads, L::kSmem, stream()>>>(p);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -703,6 +734,11 @@ int choose_splits(int64_t tiles, int nkb) {
 
 void set_fp8_swapab(bool allow) {
   g_enabled = allow;
+}
+bool set_fp8_moe_split_waits(bool on) {
+  const bool was = g_moe_split_waits;
+  g_moe_split_waits = on;
+  return was;
 }
 int set_fp8_moe_down_groups(int groups) {
   OSPREY_CHECK(groups == 1 || groups == 2, "fp8 swap-AB MoE down: 1 or 2 K groups a stage, not ",
@@ -849,6 +885,8 @@ void launch_fp8_swapab_moe_gate_up(uint8_t* h8, float* hs, const uint8_t* x8, co
   const dim3 grid = moe_grid(p, max_tiles);
   if (tile_rows == kSwapAbMoeTileRows)
     launch<kSwapAbMoeTileRows, kGateUp, 1, float>(p, grid);
+  else if (g_moe_split_waits)
+    launch<kSwapAbMoePrefillTileRows, kGateUp, 1, float, true>(p, grid);
   else
     launch<kSwapAbMoePrefillTileRows, kGateUp, 1, float>(p, grid);
 }

@@ -75,5 +75,9 @@ MoeGrid set_fp8_moe_grid(MoeGrid g);
 // K groups a pipeline stage of the prefill (64-row) down projection: 2 (default) or 1, a benchmark
 // variant; the same bits either way. Returns the previous value.
 int set_fp8_moe_down_groups(int groups);
+// Prefill gate/up: gate and up committed as two wgmma groups, gate's partial promoted while up's
+// run (on), or one group and one wait (off, the default); the same bits either way. Returns the
+// previous setting.
+bool set_fp8_moe_split_waits(bool on);
 
 }  // namespace osprey::ops::cuda
