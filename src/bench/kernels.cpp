@@ -71,6 +71,8 @@ std::vector<MlaShape> mla_shapes(bool quick) {
       {"sparse decode", 64, 1, 16384, true, true, 100.5, false},
       {"sparse decode", 64, 1, 65536, true, true, 0, false},
       {"sparse decode", 64, 1, 5000, true, false, 0, true},
+      {"sparse decode", 16, 1, 5000, true, false, 0, false},
+      {"sparse decode", 128, 1, 5000, true, false, 0, false},
       {"dense decode", 1, 1, 2048, false, false, 22.2, false},
       {"dense decode", 1, 1, 5000, false, false, 26.3, false},
       {"dense decode", 1, 1, 16384, false, false, 42.1, false},
@@ -91,7 +93,8 @@ std::vector<MlaShape> mla_shapes(bool quick) {
       {"sparse prefill", 1, 1440, 1900, true, false, 0, false},
       {"sparse prefill", 1, 1440, 1440, true, false, 0, false},
   };
-  if (quick) v = {v[2], v[16], v[22]};
+  // --quick: FP8 sparse decode B=64, dense decode B=64 (BF16), the causal 5000-token prefill.
+  if (quick) v = {v[2], v[18], v[24]};
   return v;
 }
 
@@ -192,11 +195,15 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     ops::cuda::set_mla_sm90_enabled(was);
     cuda::synchronize();
     const Buffer want = cuda::to_host(ref);
-    // A BF16 sparse prefill runs with both prefill kernels (the prefill variant, the default, then
-    // the seesaw kernel as for decode: rows "sparse prefill" and "  seesaw"), then the variant with
+    // A BF16 sparse prefill runs with each prefill kernel (the prefill variant, the default, its
+    // overlapped issue order, then the seesaw kernel as for decode: rows "sparse prefill",
+    // "  overlapped" and "  seesaw"), then the variant with
     // other per-token costs in the split-KV plan ("  cost N": ops/mla_plan.h, default
     // kMlaPrefillTokenCost); other shapes with the kernel they take.
     using ops::cuda::MlaPrefillKernel;
+    // A BF16 sparse decode row (one token a sequence) runs the prefill variant (the default for
+    // decode batches too), then its overlapped order and the seesaw kernel on the same batch
+    // ("  overlapped", "  seesaw": OSPREY_MLA_SPARSE_DECODE).
     struct Variant {
       MlaPrefillKernel kernel;
       int cost;
@@ -205,8 +212,14 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     const int cost0 = ops::cuda::mla_prefill_token_cost();
     std::vector<Variant> variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel}};
     const bool bf16_prefill = std::string_view(s.kernel) == "sparse prefill" && !s.fp8;
+    const bool bf16_decode = std::string_view(s.kernel) == "sparse decode" && !s.fp8 && s.s_q == 1;
+    if (bf16_decode)
+      variants = {{MlaPrefillKernel::Pipelined, cost0, s.kernel},
+                  {MlaPrefillKernel::Overlapped, cost0, "  overlapped"},
+                  {MlaPrefillKernel::Seesaw, cost0, "  seesaw"}};
     if (bf16_prefill) {
       variants = {{MlaPrefillKernel::Pipelined, cost0, s.kernel},
+                  {MlaPrefillKernel::Overlapped, cost0, "  overlapped"},
                   {MlaPrefillKernel::Seesaw, cost0, "  seesaw"}};
       for (int c : {0, 2, 8})
         if (c != cost0)
@@ -214,7 +227,10 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     }
     for (const Variant& v : variants) {
       const MlaPrefillKernel pk = v.kernel;
-      const MlaPrefillKernel pk_was = ops::cuda::set_mla_prefill_kernel(pk);
+      const MlaPrefillKernel pk_was =
+          ops::cuda::set_mla_prefill_kernel(bf16_decode ? MlaPrefillKernel::Pipelined : pk);
+      const MlaPrefillKernel dk_was =
+          ops::cuda::set_mla_sparse_decode_kernel(bf16_decode ? pk : MlaPrefillKernel::Seesaw);
       const int cost_was = ops::cuda::set_mla_prefill_token_cost(v.cost);
       DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
       auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
@@ -224,11 +240,16 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
           ops::cuda::time_events(call, o.warmup, o.iters, kKernelFlushBytes);
       OSPREY_CHECK(ops::cuda::mla_sm90_calls() > calls0, "the sm90 kernel did not take ", s.kernel);
       const bool variant = ops::cuda::mla_prefill_variant_calls() > variant0;
-      OSPREY_CHECK(variant == (bf16_prefill && pk == MlaPrefillKernel::Pipelined), s.kernel,
-                   ": the prefill variant ", variant ? "took" : "did not take", " it");
+      // A BF16 sparse call with s_q = 2 is a prefill-variant call (several tokens a sequence).
+      const bool bf16_multi = std::string_view(s.kernel) == "sparse decode" && !s.fp8 &&
+                              s.s_q > 1 && pk != MlaPrefillKernel::Seesaw;
+      OSPREY_CHECK(variant == (((bf16_prefill || bf16_decode) && pk != MlaPrefillKernel::Seesaw) ||
+                               bf16_multi),
+                   s.kernel, ": the prefill variant ", variant ? "took" : "did not take", " it");
       call();
       cuda::synchronize();
       ops::cuda::set_mla_prefill_kernel(pk_was);
+      ops::cuda::set_mla_sparse_decode_kernel(dk_was);
       ops::cuda::set_mla_prefill_token_cost(cost_was);
       const double err = rel_l2_bf16(cuda::to_host(out), want);
       const double sec = t.median_ms * 1e-3;
@@ -270,9 +291,11 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       "(576 + 512), bytes = attended cache rows + q + out; core_us = the CUDA-core kernel; "
       "rel_err = sm90 vs the CUDA-core kernel; FlashMLA = its time on our H200, 2026-12-01, "
       "sparse prefill there on a BF16 kv; BF16 'sparse prefill' rows = the prefill variant (the "
-      "default), '  seesaw' = the same call on the seesaw decode kernel, "
+      "default), '  overlapped' = the variant with WG0's next S queued behind its last P·V "
+      "(OSPREY_MLA_PREFILL=overlapped), '  seesaw' = the same call on the seesaw decode kernel, "
       "OSPREY_MLA_PREFILL=seesaw; '  cost N' = the prefill variant with the split-KV plan "
-      "charging N blocks a query token, default %d)\n",
+      "charging N blocks a query token, default %d; BF16 'sparse decode' rows likewise: the "
+      "prefill variant (the default), '  overlapped', '  seesaw' = OSPREY_MLA_SPARSE_DECODE)\n",
       o.iters, o.warmup, int(ops::kMlaPrefillTokenCost));
 }
 }  // namespace

@@ -81,6 +81,14 @@ struct PrefillKernel {
   ~PrefillKernel() { ops::cuda::set_mla_prefill_kernel(was); }
 };
 
+// Sets the kernel of BF16 sparse decode batches (the seesaw kernel or a prefill variant).
+struct SparseDecodeKernel {
+  ops::cuda::MlaPrefillKernel was;
+  explicit SparseDecodeKernel(ops::cuda::MlaPrefillKernel k)
+      : was(ops::cuda::set_mla_sparse_decode_kernel(k)) {}
+  ~SparseDecodeKernel() { ops::cuda::set_mla_sparse_decode_kernel(was); }
+};
+
 struct Case {
   std::vector<int> ctx, n_new;
   int64_t heads = 128;
@@ -159,8 +167,9 @@ TEST(CudaMlaSm90, SparsePrefillChunk) {
   run_case(c);
 }
 
-// The absorbed sparse prefill on a BF16 cache with both kernels (the seesaw kernel, and its
-// prefill variant: release-ordered fills, 8-thread row gathers, batched Q staging) on a chunk of
+// The absorbed sparse prefill on a BF16 cache with each kernel (the seesaw kernel, its prefill
+// variant: release-ordered fills, 8-thread row gathers, batched Q staging, and the variant with
+// the overlapped issue order: WG0's next S behind its last P·V) on a chunk of
 // four sequences: 120 tokens at context 2600 (every row the full top-2048, 32 tiles), a fresh
 // 40-token prompt (rows of 1..40 keys, shorter than a tile, −1 padded), 64 tokens whose rows
 // cross 2048 (2038..2048 keys, odd and even tile counts), a fresh 130-token prompt (1..130 keys:
@@ -181,9 +190,10 @@ TEST(CudaMlaSm90, SparsePrefillVariants) {
                           {128, DType::F32, DType::F32, true},
                           {64, DType::BF16, DType::F32, false},
                           {16, DType::F32, DType::BF16, false}};
-  for (MlaPrefillKernel k : {MlaPrefillKernel::Seesaw, MlaPrefillKernel::Pipelined}) {
+  for (MlaPrefillKernel k :
+       {MlaPrefillKernel::Seesaw, MlaPrefillKernel::Pipelined, MlaPrefillKernel::Overlapped}) {
     PrefillKernel on(k);
-    const int64_t want = k == MlaPrefillKernel::Pipelined ? 1 : 0;
+    const int64_t want = k == MlaPrefillKernel::Seesaw ? 0 : 1;
     for (const Shape& sh : shapes) {
       Case c{ctx, n_new};
       c.heads = sh.heads;
@@ -203,8 +213,39 @@ TEST(CudaMlaSm90, SparsePrefillVariants) {
   fp8.fp8 = true;
   run_case(fp8);
   Case decode{{5000, 300, 1, 2048}, {1, 1, 1, 1}};
-  run_case(decode);
+  {
+    SparseDecodeKernel seesaw_decode(MlaPrefillKernel::Seesaw);  // decode batches: not the setting
+    run_case(decode);                                            // of prompt chunks
+  }
   EXPECT_EQ(ops::cuda::mla_prefill_variant_calls(), before) << "FP8 cache / decode batch";
+}
+
+// The prefill variants on decode batches (OSPREY_MLA_SPARSE_DECODE): one token a sequence at
+// contexts 5000 (the full top-2048), 300 and 1 (rows shorter than a tile, −1 padded), 2048 and
+// 2101 (whole and odd tile counts), NaN in unwritten rows, split across parts; H = 128 and 16,
+// F32 and BF16 q / out. Each variant (the pipelined one is the default) must take the call; the
+// seesaw kernel not.
+TEST(CudaMlaSm90, SparseDecodeOnPrefillVariants) {
+  OSPREY_REQUIRE_GPU();
+  using ops::cuda::MlaPrefillKernel;
+  for (MlaPrefillKernel k :
+       {MlaPrefillKernel::Pipelined, MlaPrefillKernel::Overlapped, MlaPrefillKernel::Seesaw}) {
+    SparseDecodeKernel on(k);
+    for (int64_t heads : {128, 16}) {
+      Case c{{5000, 300, 1, 2048, 2101, 5000, 64, 4097}, {1, 1, 1, 1, 1, 1, 1, 1}};
+      c.heads = heads;
+      c.nan_unwritten = true;
+      if (heads == 16) {
+        c.q_dt = DType::F32;
+        c.out_dt = DType::F32;
+      }
+      const int64_t before = ops::cuda::mla_prefill_variant_calls();
+      run_case(c);
+      EXPECT_EQ(ops::cuda::mla_prefill_variant_calls(),
+                before + (k == MlaPrefillKernel::Seesaw ? 0 : 1))
+          << ops::cuda::mla_prefill_kernel_name(k) << " H" << heads;
+    }
+  }
 }
 
 // Both producers of the BF16 cache (cp.async gathers, TMA boxes) over partial last blocks of every

@@ -637,6 +637,25 @@ __device__ __forceinline__ void pv_smem(float (&o)[128], const uint8_t* p, const
         hw::sw128_desc(kv + 4 * half * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024), true);
 }
 
+// S (+)= Q · Kᵀ over chunks [kC0, kC1) of one tile, each after its full barrier (phase ph), Q
+// whole in shared memory (the prefill variant's tile): the overlapped variant issues a tile's two
+// halves as two wgmma groups (kC0 = 0 starts the accumulation).
+template <int kC0, int kC1>
+__device__ __forceinline__ void qk_chunks(float (&s)[32], const uint8_t* q, const uint8_t* kv,
+                                          uint64_t* full, uint32_t ph) {
+#pragma unroll
+  for (int c = kC0; c < kC1; ++c) {
+    hw::mbar_wait(&full[c], ph);
+    hw::fence_proxy_async();  // the chunk's cp.async bytes (generic proxy), read by wgmma next
+    if (c == kC0) hw::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      hw::wgmma_m64n64k16_bf16_ss(s, hw::sw128_desc(q + c * kChunkBytes + kk * 32, 16, 1024),
+                                  hw::sw128_desc(kv + c * kChunkBytes + kk * 32, 16, 1024),
+                                  c > 0 || kk > 0);
+  }
+}
+
 // P (F32 accumulator order) → the BF16 A fragments of the 4 K steps.
 __device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&p)[4][4]) {
 #pragma unroll
@@ -657,6 +676,20 @@ __device__ __forceinline__ void store_p_scaled(uint8_t* dst, const uint32_t (&pk
       const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pk[kk][j]));
       *reinterpret_cast<uint32_t*>(dst + r * 128 + (((uint32_t(n8) ^ uint32_t(r)) & 7u) << 4) +
                                    cq * 2) = bf16x2(v.x * sc, v.y * sc);
+    }
+}
+// P → shared memory from its BF16 fragments (as store_p_scaled, unscaled): the overlapped
+// variant's WG1 stores P_b while P_b·V_bR reads the same fragments (read-only: legal in flight),
+// so the F32 S need not live across that MMA.
+__device__ __forceinline__ void store_p_packed(uint8_t* dst, const uint32_t (&pk)[4][4], int r0,
+                                               int cq) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = (j & 1) ? r0 + 8 : r0, n8 = 2 * kk + (j >> 1);
+      *reinterpret_cast<uint32_t*>(dst + r * 128 + (((uint32_t(n8) ^ uint32_t(r)) & 7u) << 4) +
+                                   cq * 2) = pk[kk][j];
     }
 }
 // P → shared memory, SW128 [64 heads × 64 keys]; rows r0, r1 = r0 + 8, columns 8·n8 + cq.
@@ -829,6 +862,10 @@ __device__ __forceinline__ void tma_producer(Smem& sm, const Params& a, const CU
 // 72 (ptxas -v, CUDA 13.0): 128·72 + 256·216 = 384·168.
 constexpr int kPipeProducerRegs = 72, kPipeConsumerRegs = 216;
 static_assert(128 * kPipeProducerRegs + 256 * kPipeConsumerRegs <= 384 * 168, "setmaxnreg pool");
+// The overlapped order (kOverlap): the same split; see the kernel's comment for its spills.
+constexpr int kOverlapProducerRegs = 72, kOverlapConsumerRegs = 216;
+static_assert(128 * kOverlapProducerRegs + 256 * kOverlapConsumerRegs <= 384 * 168,
+              "setmaxnreg pool");
 constexpr int kGatherLanes = 8;  // threads per 128-byte row chunk: one 16-byte unit each
 constexpr int kGatherGroups = kProducerThreads / kGatherLanes;  // 16 rows per copy instruction set
 constexpr int kRowsPerThread = kBlockN / kGatherGroups;         // 4: rows grp + 16·k
@@ -977,11 +1014,23 @@ __device__ __forceinline__ void stage_q_batched(uint8_t* q, const Params& a, int
 }
 
 // kPipelined: the prefill variant above (its producer, WG1's R-first S_b, stage_q_batched).
-template <typename Tq, typename To, bool kSparse, bool kTma, bool kPipelined = false>
+// kOverlap (with kPipelined; OSPREY_MLA_PREFILL=overlapped): the variant with FlashMLA's issue
+// order in both consumers (its SM90 sparse prefill, phase1.cuh; no code taken):
+//  - WG0 issues the next pair's S_a behind its P_b·V_bL, L half then R half as two wgmma groups,
+//    and waits for P_b·V_bL (wgmma_wait<1>, then releases b's L half) while S_a's L half runs:
+//    the tensor pipe has WG0's next S queued instead of draining between the pairs. S_a's
+//    accumulator then lives across the pair boundary (32 registers more over P_b·V_bL).
+//  - WG1 issues P_b·V_bR before it stores P_b for WG0, so its MMAs start 16 stores earlier.
+// A token's first S_a is issued before its pair loop, once Q is staged. Registers as the variant's,
+// 72 / 216: there ptxas spills 76 bytes (19 registers; 0 at 240 consumer registers, which the pool
+// cannot give with a 72-register producer; 224 / 56 still spills 56 bytes), so the bench decides.
+template <typename Tq, typename To, bool kSparse, bool kTma, bool kPipelined = false,
+          bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_seesaw_sm90_kernel(const Params a, const __grid_constant__ CUtensorMap kv_map) {
   static_assert(!(kSparse && kTma), "TMA tiles are 64 consecutive rows: dense decode only");
   static_assert(!(kTma && kPipelined), "the prefill variant gathers with cp.async");
+  static_assert(kPipelined || !kOverlap, "the overlapped order is the prefill variant's");
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
@@ -1004,7 +1053,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 
   if (wg == 2) {  // ---- producer warpgroup ----
-    hw::regs_dealloc<kPipelined ? kPipeProducerRegs : kTma ? kTmaProducerRegs : kProducerRegs>();
+    hw::regs_dealloc<kOverlap     ? kOverlapProducerRegs
+                     : kPipelined ? kPipeProducerRegs
+                     : kTma       ? kTmaProducerRegs
+                                  : kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, hh = pt & 1;
     if constexpr (kTma) {
       if (pt == 0) tma_producer(sm, a, &kv_map, t_first, w0, w1);
@@ -1039,7 +1091,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumer warpgroups ----
-  hw::regs_alloc<kPipelined ? kPipeConsumerRegs : kTma ? kTmaConsumerRegs : kConsumerRegs>();
+  hw::regs_alloc<kOverlap     ? kOverlapConsumerRegs
+                 : kPipelined ? kPipeConsumerRegs
+                 : kTma       ? kTmaConsumerRegs
+                              : kConsumerRegs>();
   const int w = wg, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);
@@ -1069,15 +1124,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float l0 = 0.0f, l1 = 0.0f;  // this thread's part of the row sums (relative to sM)
     const int n = b1 - b0;       // whole pairs: the producer pads an odd run with an empty tile
+    float s[32];  // S of the pair's tile (kOverlap, WG0: issued in the previous pair)
+    if (kOverlap && w == 0 && n > 0) {  // the token's first S_a (tile a of pair `it`)
+      qk_chunks<0, kChunks>(s, sm.q, sm.kv[it & 1], sm.full[it & 1], uint32_t(it >> 1) & 1u);
+      hw::wgmma_commit();
+      hw::wgmma_wait<0>();
+    }
     for (int pr = 0; pr < n; pr += 2, it += 2) {
       const int sa = it & 1, sb = sa ^ 1;
       const uint32_t pha = uint32_t(it >> 1) & 1u, phb = uint32_t((it + 1) >> 1) & 1u;
-      float s[32];
       uint32_t pk[4][4];
       if (w == 0) {
-        // S_a = Q · K_aᵀ, half by half as they land.
+        // S_a = Q · K_aᵀ, half by half as they land (kOverlap: S_a came before the loop or with
+        // the previous pair's P_b·V_bL, and is complete here).
         float mx0, mx1;
-        score_tile<false, kPipelined>(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
+        if constexpr (kOverlap) {
+          hw::fence_regs(s);
+          mask_max(s, sm.valid[sa], a.scale_log2, cq, mx0, mx1);
+        } else {
+          score_tile<false, kPipelined>(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
+        }
         float ref0, ref1, sc0_0, sc0_1;
         raise_max(sm, sm.scale0, r0, mx0, mx1, ref0, ref1, sc0_0, sc0_1);
         hw::named_arrive(kBarScale0, kConsumerThreads);
@@ -1108,9 +1174,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         hw::wgmma_fence();
         pv_smem(o, pb, sm.kv[sb], 0);  // O_L += P_b · V_bL
         hw::wgmma_commit();
-        hw::wgmma_wait<0>();
-        hw::fence_regs(o);
-        hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+        if (kOverlap && pr + 2 < n) {
+          // The next pair's S_a (tile a: the same stage, the next phase) behind P_b·V_bL.
+          qk_chunks<0, kLChunks>(s, sm.q, sm.kv[sa], sm.full[sa], pha ^ 1u);
+          hw::wgmma_commit();
+          hw::wgmma_wait<1>();  // P_b·V_bL done; S_a's L half may still run
+          hw::fence_regs(o);
+          hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+          qk_chunks<kLChunks, kChunks>(s, sm.q, sm.kv[sa], sm.full[sa], pha ^ 1u);
+          hw::wgmma_commit();
+          hw::wgmma_wait<0>();
+          hw::fence_regs(s);
+        } else {
+          hw::wgmma_wait<0>();
+          hw::fence_regs(o);
+          hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+        }
       } else {
         float mx0, mx1;
         score_tile<kPipelined, kPipelined>(s, sm, sb, phb, rq, a.scale_log2, cq, mx0, mx1);
@@ -1125,13 +1204,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         l0 = l0 * f0 + e0;
         l1 = l1 * f1 + e1;
         scale_o(o, f0, f1);
-        store_p(pb, s, r0, cq);
-        hw::fence_proxy_async();
+        if constexpr (!kOverlap) {
+          store_p(pb, s, r0, cq);
+          hw::fence_proxy_async();
+        }
         pack_p(s, pk);
         hw::fence_regs(o);
         hw::wgmma_fence();
         pv_regs(o, pk, sm.kv[sb], 1);  // O_R += P_b · V_bR
         hw::wgmma_commit();
+        if constexpr (kOverlap) {  // P_b for WG0 while P_b·V_bR runs
+          store_p_packed(pb, pk, r0, cq);
+          hw::fence_proxy_async();
+        }
         hw::named_barrier(kBarP0, kConsumerThreads);
         pv_smem(o, pa, sm.kv[sa], 1);  // O_R += P_a · V_aR
         hw::wgmma_commit();
@@ -1231,22 +1316,49 @@ MlaPrefillKernel prefill_kernel_setting() {
     MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
     if (e && *e) {
       const std::string_view v(e);
-      OSPREY_CHECK(v == "pipelined" || v == "seesaw",
-                   "OSPREY_MLA_PREFILL must be 'pipelined' (the default) or 'seesaw', not '", v,
-                   "'");
-      k = v == "seesaw" ? MlaPrefillKernel::Seesaw : MlaPrefillKernel::Pipelined;
+      OSPREY_CHECK(v == "pipelined" || v == "overlapped" || v == "seesaw",
+                   "OSPREY_MLA_PREFILL must be 'pipelined' (the default), 'overlapped' or "
+                   "'seesaw', not '",
+                   v, "'");
+      k = v == "seesaw"       ? MlaPrefillKernel::Seesaw
+          : v == "overlapped" ? MlaPrefillKernel::Overlapped
+                              : MlaPrefillKernel::Pipelined;
     }
     g_prefill_kernel_set = int(k);
   }
   return MlaPrefillKernel(g_prefill_kernel_set);
 }
+// The BF16 sparse decode calls (one query token a sequence) take the prefill variant
+// (Pipelined) by default: on the H100 it ran B=16 / 64 / 128 at context 5000 in 48.8 / 109.5 /
+// 221.2 µs against the seesaw kernel's 52.7 / 136.8 / 340.5 (bench kernels, 2026-12-05;
+// bench/RESULTS.md). OSPREY_MLA_SPARSE_DECODE (or set_mla_sparse_decode_kernel, the bench) picks
+// another: 'seesaw' (the decode kernel) or 'overlapped'.
+int g_sparse_decode_kernel_set = -1;  // -1: not read yet, else a MlaPrefillKernel
+MlaPrefillKernel sparse_decode_kernel_setting() {
+  if (g_sparse_decode_kernel_set < 0) {
+    const char* e = std::getenv("OSPREY_MLA_SPARSE_DECODE");
+    MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
+    if (e && *e) {
+      const std::string_view v(e);
+      OSPREY_CHECK(v == "pipelined" || v == "overlapped" || v == "seesaw",
+                   "OSPREY_MLA_SPARSE_DECODE must be 'pipelined' (the default), 'seesaw' or "
+                   "'overlapped', not '",
+                   v, "'");
+      k = v == "seesaw"       ? MlaPrefillKernel::Seesaw
+          : v == "overlapped" ? MlaPrefillKernel::Overlapped
+                              : MlaPrefillKernel::Pipelined;
+    }
+    g_sparse_decode_kernel_set = int(k);
+  }
+  return MlaPrefillKernel(g_sparse_decode_kernel_set);
+}
 int64_t g_prefill_variant_calls = 0;
 int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_token_cost (the bench)
 
-// kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. pipelined: a
-// sparse BF16 call taking the prefill variant.
+// kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. prefill: a sparse
+// BF16 call taking the prefill variant, 1 (pipelined) or 2 (overlapped); else 0.
 template <typename Tq, typename To, bool kFp8, bool kSparse>
-void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, bool pipelined) {
+void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill) {
   auto* k = mla_decode_sm90_kernel<Tq, To, kFp8, kSparse>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(
@@ -1260,9 +1372,10 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, bool pipeline
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(seesaw::kSmemBytes)));
       else
-        OSPREY_CUDA_CHECK(cudaFuncSetAttribute(
-            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>,
-            cudaFuncAttributeMaxDynamicSharedMemorySize, int(seesaw::kSmemBytes)));
+        for (auto* f : {seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>,
+                        seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true, true>})
+          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(seesaw::kSmemBytes)));
     }
     return true;
   }();
@@ -1280,9 +1393,13 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, bool pipeline
         }
       }
       if constexpr (kSparse) {
-        if (pipelined) {
-          seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>
-              <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+        if (prefill != 0) {
+          if (prefill == 2)
+            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true, true>
+                <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+          else
+            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>
+                <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
           OSPREY_CUDA_LAUNCH_CHECK();
           ++g_prefill_variant_calls;
           return;
@@ -1300,17 +1417,17 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, bool pipeline
 
 template <typename Tq, typename To>
 void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map,
-                 bool pipelined) {
+                 int prefill) {
   if (fp8) {
     if (sparse)
-      launch<Tq, To, true, true>(a, grid, nullptr, false);
+      launch<Tq, To, true, true>(a, grid, nullptr, 0);
     else
-      launch<Tq, To, true, false>(a, grid, nullptr, false);
+      launch<Tq, To, true, false>(a, grid, nullptr, 0);
   } else {
     if (sparse)
-      launch<Tq, To, false, true>(a, grid, nullptr, pipelined);
+      launch<Tq, To, false, true>(a, grid, nullptr, prefill);
     else
-      launch<Tq, To, false, false>(a, grid, kv_map, false);
+      launch<Tq, To, false, false>(a, grid, kv_map, 0);
   }
 }
 }  // namespace
@@ -1333,8 +1450,18 @@ int mla_prefill_token_cost() {
 MlaPrefillKernel mla_prefill_kernel() {
   return prefill_kernel_setting();
 }
+MlaPrefillKernel set_mla_sparse_decode_kernel(MlaPrefillKernel k) {
+  const MlaPrefillKernel was = sparse_decode_kernel_setting();
+  g_sparse_decode_kernel_set = int(k);
+  return was;
+}
+MlaPrefillKernel mla_sparse_decode_kernel() {
+  return sparse_decode_kernel_setting();
+}
 const char* mla_prefill_kernel_name(MlaPrefillKernel k) {
-  return k == MlaPrefillKernel::Pipelined ? "pipelined" : "seesaw";
+  return k == MlaPrefillKernel::Pipelined    ? "pipelined"
+         : k == MlaPrefillKernel::Overlapped ? "overlapped"
+                                             : "seesaw";
 }
 int64_t mla_prefill_variant_calls() {
   return g_prefill_variant_calls;
@@ -1430,19 +1557,24 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
     map = &kv_map;
   }
   // The prefill variant: chosen, and a BF16 sparse call with a sequence of several query tokens.
-  const bool pipelined = prefill_kernel_setting() == MlaPrefillKernel::Pipelined && g_seesaw &&
-                         sparse && !fp8 && m.n_tokens > m.n_seqs;
+  // Decode batches (one token a sequence): the kernel OSPREY_MLA_SPARSE_DECODE names (default the
+  // prefill variant too).
+  const MlaPrefillKernel pk =
+      m.n_tokens > m.n_seqs ? prefill_kernel_setting() : sparse_decode_kernel_setting();
+  const int prefill = pk != MlaPrefillKernel::Seesaw && g_seesaw && sparse && !fp8
+                          ? (pk == MlaPrefillKernel::Overlapped ? 2 : 1)
+                          : 0;
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {
     if (out_bf16)
-      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map, pipelined);
+      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map, prefill);
     else
-      launch_kind<bf16, float>(a, grid, fp8, sparse, map, pipelined);
+      launch_kind<bf16, float>(a, grid, fp8, sparse, map, prefill);
   } else {
     if (out_bf16)
-      launch_kind<float, bf16>(a, grid, fp8, sparse, map, pipelined);
+      launch_kind<float, bf16>(a, grid, fp8, sparse, map, prefill);
     else
-      launch_kind<float, float>(a, grid, fp8, sparse, map, pipelined);
+      launch_kind<float, float>(a, grid, fp8, sparse, map, prefill);
   }
   mla_combine_splits(out.data, out_bf16, a.lse, a.part_o, a.part_lse, plan, int(H), kLat);
   ++g_sm90_calls;

@@ -22,10 +22,13 @@ bool mla_dense_tma_enabled();
 int64_t mla_dense_tma_map_builds();
 // The absorbed sparse prefill kernel on a BF16 cache (decode_sm90.cu): Pipelined, the seesaw
 // kernel's prefill variant (fills in release order, coalesced gathers, batched Q staging; the
-// default), or Seesaw, the decode kernel as it is (OSPREY_MLA_PREFILL=seesaw). The
-// variant takes sparse BF16 calls with more query tokens than sequences; decode calls (one token
-// a sequence), FP8 caches and dense calls keep their kernels. Returns the previous setting.
-enum class MlaPrefillKernel { Seesaw, Pipelined };
+// default), Overlapped, the variant with FlashMLA's issue order (WG0's next S queued behind
+// its last P·V; OSPREY_MLA_PREFILL=overlapped), or Seesaw, the decode kernel as it is
+// (OSPREY_MLA_PREFILL=seesaw). The variants take sparse BF16 calls with more query tokens than
+// sequences (decode calls: set_mla_sparse_decode_kernel below); FP8 caches and dense calls keep
+// their kernels.
+// Returns the previous setting.
+enum class MlaPrefillKernel { Seesaw, Pipelined, Overlapped };
 MlaPrefillKernel set_mla_prefill_kernel(MlaPrefillKernel k);
 MlaPrefillKernel mla_prefill_kernel();
 const char* mla_prefill_kernel_name(MlaPrefillKernel k);
@@ -35,7 +38,13 @@ const char* mla_prefill_kernel_name(MlaPrefillKernel k);
 // values. Returns the previous setting.
 int set_mla_prefill_token_cost(int blocks);
 int mla_prefill_token_cost();
-// How many calls the prefill variant has served.
+// The kernel of BF16 sparse decode calls (one query token a sequence): Pipelined, the prefill
+// variant (the default: 20-35% faster than the seesaw kernel at B = 64-128 on the H100), Seesaw,
+// or Overlapped (OSPREY_MLA_SPARSE_DECODE=seesaw|overlapped; the kernel benchmark's A/B). Returns
+// the previous setting.
+MlaPrefillKernel set_mla_sparse_decode_kernel(MlaPrefillKernel k);
+MlaPrefillKernel mla_sparse_decode_kernel();
+// How many calls the prefill variants (pipelined or overlapped) have served.
 int64_t mla_prefill_variant_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
