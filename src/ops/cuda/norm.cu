@@ -8,6 +8,13 @@
 //   value written to out also its BF16 rounding and/or its FP8 quantisation (rms_norm_multi_kernel
 //   below): the BF16 GEMM's convert kernel and the FP8 linears' quantize kernel of out, fused into
 //   the norm.
+// The RMS norms take rms_norm_vec_kernel where the row fits it (d a multiple of 4, at most
+// kVecThreads · 4 · kMaxVecQuads values, every row pointer aligned to its 4-value load): the row
+// held in registers, all of a thread's loads issued before the first is used. The strided kernels
+// below it serve every other shape.
+#include <cstdlib>
+#include <string_view>
+
 #include "ops/cuda/common.cuh"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -110,6 +117,118 @@ __global__ void rms_norm_multi_kernel(T* out, bf16* __restrict__ ob, uint8_t* __
   }
 }
 
+// ---- the register-resident RMS norm ----
+// Why: at decode a norm has few rows (B = 64 rows of 7168) and one block a row; the strided loops
+// above issue one dependent 4-byte load per iteration and per pass, so each block waits out a DRAM
+// latency ~28 times a pass (the H200 measured ~17 µs a launch at B = 64, 16 launches a step). Here
+// a thread issues all its 16-byte loads (x, the residual, then w) at once and keeps its values in
+// registers for the second pass: one latency a pass.
+constexpr int kVecThreads = 256;  // 8 warps: a warp's 32 quads are one 128-value FP8 group
+constexpr int kMaxVecQuads = 8;   // quads a thread: d ≤ 256 · 4 · 8 = 8192 (hidden 7168: 7)
+
+// Four consecutive values as one aligned load / store (F32: 16 bytes, BF16: 8 bytes), in F32.
+__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+}
+__device__ __forceinline__ void load4(const bf16* p, float (&v)[4]) {
+  const uint2 t = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t.y));
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+// Stores v rounded to T (the values are T's already where the caller rounded them: exact).
+__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(bf16* p, const float (&v)[4]) {
+  uint2 t;
+  *reinterpret_cast<__nv_bfloat162*>(&t.x) = __floats2bfloat162_rn(v[0], v[1]);
+  *reinterpret_cast<__nv_bfloat162*>(&t.y) = __floats2bfloat162_rn(v[2], v[3]);
+  *reinterpret_cast<uint2*>(p) = t;
+}
+
+// rms_norm_multi_kernel's contract (out, ob, q/s, residual; the same expressions, so the same
+// values up to the order of the sum of squares), for d a multiple of 4 with ⌈d/4/256⌉ ≤ K quads a
+// thread. Thread t holds quads t, t + 256, ... (quad i = values 4i..4i+3): warp w's quads at step k
+// are the 128-value group 8k + w, so with q a warp quantises its own group (d a multiple of 128).
+// Grid: [rows_q] × kVecThreads; rows ≥ n are the Cols layout's padding (q zero, scale 1).
+template <typename T, typename W, int K>
+__global__ void __launch_bounds__(kVecThreads)
+    rms_norm_vec_kernel(T* out, bf16* __restrict__ ob, uint8_t* __restrict__ q,
+                        float* __restrict__ s, int64_t s_row, int64_t s_group, T* residual,
+                        const T* x, const W* __restrict__ w, int64_t n, int64_t d, float eps) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int quads = int(d / 4);
+  if (row >= n) {  // padding (q only): the whole block takes this branch, no barrier follows
+    for (int i = tid; i < quads; i += kVecThreads) {
+      *reinterpret_cast<uint32_t*>(q + row * d + 4 * int64_t(i)) = 0u;
+      if ((i & 31) == 0) s[row * s_row + (i >> 5) * s_group] = 1.0f;
+    }
+    return;
+  }
+  const T* xr = x + row * d;
+  T* rr = residual ? residual + row * d : nullptr;
+  float v[K][4];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = k * kVecThreads + tid;
+    if (i < quads) load4(xr + 4 * i, v[k]);
+  }
+  if (rr) {  // rr += x, rounded to T: the stored sum is what is normalised
+    float r4[K][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = k * kVecThreads + tid;
+      if (i < quads) load4(rr + 4 * i, r4[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int i = k * kVecThreads + tid;
+      if (i >= quads) continue;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[k][j] = to_f32(from_f32<T>(r4[k][j] + v[k][j]));
+      store4(rr + 4 * i, v[k]);
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (k * kVecThreads + tid < quads)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ss += v[k][j] * v[k][j];
+  const float r = rsqrtf(block_sum(ss, red) / float(d) + eps);
+  float wv[K][4];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = k * kVecThreads + tid;
+    if (i < quads) load4(w + 4 * i, wv[k]);
+  }
+  T* o = out + row * d;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = k * kVecThreads + tid;
+    if (i >= quads) continue;  // whole warps when d % 128 == 0 (the FP8 case)
+    float y[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) y[j] = to_f32(from_f32<T>(wv[k][j] * (v[k][j] * r)));
+    store4(o + 4 * i, y);
+    if (ob) store4(ob + row * d + 4 * i, y);
+    if (q) {
+      const float amax =
+          warp_max(fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))));
+      const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) packed |= uint32_t(f32_to_e4m3_dev(y[j] / sc)) << (8 * j);
+      *reinterpret_cast<uint32_t*>(q + row * d + 4 * int64_t(i)) = packed;
+      if (lane == 0) s[row * s_row + (i >> 5) * s_group] = sc;
+    }
+  }
+}
+
 template <typename T, typename W>
 __global__ void layer_norm_kernel(T* out, const T* x, const W* __restrict__ w,
                                   const W* __restrict__ b, int64_t d, float eps) {
@@ -139,10 +258,58 @@ void check_rms(const Tensor& out, const Tensor& residual, const Tensor& x, const
       "add_rms_norm residual");
 }
 
+// Whether p's rows of d values start on a `bytes` boundary (p itself, and d · elem a multiple).
+bool rows_aligned(const void* p, int64_t d, int64_t elem, int64_t bytes) {
+  return p == nullptr ||
+         (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0 && (d * elem) % bytes == 0);
+}
+
+// OSPREY_NORM_VEC=0 sends every RMS norm to the strided kernels (the A/B of `bench step`); read
+// once, anything but 0 or 1 is an error.
+bool vec_norms_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("OSPREY_NORM_VEC");
+    if (e == nullptr || *e == 0) return true;
+    const std::string_view v(e);
+    OSPREY_CHECK(v == "0" || v == "1", "OSPREY_NORM_VEC must be 0 or 1, not '", v, "'");
+    return v == "1";
+  }();
+  return on;
+}
+
+// The register-resident kernel where the shape and pointers allow it (see the file's comment);
+// returns false, launching nothing, where they do not. q given: d is a multiple of 128 (checked).
+bool launch_rms_vec(Tensor out, bf16* ob, uint8_t* q, float* s, int64_t s_row, int64_t s_group,
+                    Tensor residual, Tensor x, Tensor w, int64_t n, int64_t rows, float eps) {
+  const int64_t d = x.size(-1);
+  if (!vec_norms_enabled() || d % 4 != 0 || d > int64_t(kVecThreads) * 4 * kMaxVecQuads)
+    return false;
+  const int64_t e = dtype_size(x.dtype), we = dtype_size(w.dtype);
+  if (!rows_aligned(out.data, d, e, 4 * e) || !rows_aligned(residual.data, d, e, 4 * e) ||
+      !rows_aligned(x.data, d, e, 4 * e) || !rows_aligned(w.data, d, we, 4 * we) ||
+      !rows_aligned(ob, d, 2, 8) || !rows_aligned(q, d, 1, 4))
+    return false;
+  const int64_t per = (d / 4 + kVecThreads - 1) / kVecThreads;  // quads a thread, 1..8
+  const int k = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : 8;
+  OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
+                          auto* kern = k == 1   ? rms_norm_vec_kernel<T, W, 1>
+                                       : k == 2 ? rms_norm_vec_kernel<T, W, 2>
+                                       : k == 4 ? rms_norm_vec_kernel<T, W, 4>
+                                                : rms_norm_vec_kernel<T, W, 8>;
+                          kern<<<unsigned(rows), kVecThreads, 0, stream()>>>(
+                              static_cast<T*>(out.data), ob, q, s, s_row, s_group,
+                              static_cast<T*>(residual.data), static_cast<const T*>(x.data),
+                              static_cast<const W*>(w.data), n, d, eps);
+                        }));
+  OSPREY_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
 void launch_rms(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   const int64_t d = x.size(-1), n = x.numel() / d;
   check_rms(out, residual, x, w);
   if (n == 0) return;
+  if (launch_rms_vec(out, nullptr, nullptr, nullptr, 0, 0, residual, x, w, n, n, eps)) return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
                           rms_norm_kernel<T, W><<<unsigned(n), kThreads, 0, stream()>>>(
                               static_cast<T*>(out.data), static_cast<T*>(residual.data),
@@ -169,6 +336,11 @@ void launch_rms_multi(const NormOutputs& no, Tensor residual, Tensor x, Tensor w
     s_group = by_rows ? 1 : rows;
   }
   if (rows == 0) return;
+  if (launch_rms_vec(out, static_cast<bf16*>(no.bf16.data),
+                     static_cast<uint8_t*>(no.fp8.empty() ? nullptr : no.fp8.q.data),
+                     no.fp8.empty() ? nullptr : no.fp8.s.f32(), s_row, s_group, residual, x, w, n,
+                     rows, eps))
+    return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
                           rms_norm_multi_kernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(
                               static_cast<T*>(out.data), static_cast<bf16*>(no.bf16.data),

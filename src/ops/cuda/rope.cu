@@ -3,31 +3,45 @@
 //   interleaved: (x[2i], x[2i+1]) rotate by angle_i;  half-split: (x[i], x[i + rope_dim/2]).
 // x: [n_tokens, n_heads, head_dim] (or [n_tokens, head_dim]) F32 or BF16; positions [n_tokens] I32;
 // inv_freq [rope_dim/2] F32 (all device tensors). Rotation in F32, one rounding on the store.
-// Grid: one block per token, threads over (head, pair); precise cosf/sinf (no fast math).
+// Grid: [n_tokens, ceil(n_heads · rope_dim/2 / 256)] × 256 threads, a thread a (head, pair); each
+// block computes its token's rope_dim/2 (cos, sin) pairs once into shared memory (precise
+// cosf/sinf, no fast math), which every head reuses. Why: computing them per (head, pair), one
+// block a token, cost 8.4 µs a call at B = 64 and 32 µs at 2048 tokens on the H100 (128 heads share
+// one token's angles). rope_dim/2 ≤ kMaxRopeHalf.
 #include "ops/cuda/common.cuh"
 #include "ops/rope.h"
 
 namespace osprey::ops::cuda {
 
 namespace {
+constexpr int kRopeThreads = 256;
+constexpr int kMaxRopeHalf = 256;  // rope_dim ≤ 512 (DeepSeek: 64)
+
 template <typename T>
-__global__ void rope_kernel(T* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
-                            int64_t n_heads, int64_t head_dim, int offset, int half, float factor,
-                            bool interleaved) {
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(T* x, const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                int64_t n_heads, int64_t head_dim, int offset, int half, float factor,
+                bool interleaved) {
+  __shared__ float cs[kMaxRopeHalf], sn[kMaxRopeHalf];
   const int64_t t = blockIdx.x;
   const float p = float(pos[t]);
-  for (int64_t k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
-    const int64_t h = k / half;
-    const int i = int(k % half);
+  for (int i = threadIdx.x; i < half; i += kRopeThreads) {
     const float angle = p * inv_freq[i];
-    const float c = cosf(angle) * factor, s = sinf(angle) * factor;
-    T* v = x + (t * n_heads + h) * head_dim + offset;
-    const int a = interleaved ? 2 * i : i;
-    const int b = interleaved ? 2 * i + 1 : i + half;
-    const float x0 = to_f32(v[a]), x1 = to_f32(v[b]);
-    v[a] = from_f32<T>(x0 * c - x1 * s);
-    v[b] = from_f32<T>(x1 * c + x0 * s);
+    cs[i] = cosf(angle) * factor;
+    sn[i] = sinf(angle) * factor;
   }
+  __syncthreads();
+  const int64_t k = int64_t(blockIdx.y) * kRopeThreads + threadIdx.x;
+  if (k >= n_heads * half) return;
+  const int64_t h = k / half;
+  const int i = int(k % half);
+  const float c = cs[i], s = sn[i];
+  T* v = x + (t * n_heads + h) * head_dim + offset;
+  const int a = interleaved ? 2 * i : i;
+  const int b = interleaved ? 2 * i + 1 : i + half;
+  const float x0 = to_f32(v[a]), x1 = to_f32(v[b]);
+  v[a] = from_f32<T>(x0 * c - x1 * s);
+  v[b] = from_f32<T>(x1 * c + x0 * s);
 }
 }  // namespace
 
@@ -42,9 +56,11 @@ void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
   OSPREY_CHECK(offset + rope_dim <= head_dim && inv_freq.numel() == half &&
                    positions.numel() == n_tokens && inv_freq.dtype == DType::F32,
                "rope shapes");
+  OSPREY_CHECK(half <= kMaxRopeHalf, "rope: rope_dim ", rope_dim, " is over ", 2 * kMaxRopeHalf);
   if (n_tokens == 0) return;
+  const unsigned pair_blocks = unsigned((n_heads * half + kRopeThreads - 1) / kRopeThreads);
   OSPREY_DISPATCH_FLOAT(x.dtype, T, {
-    rope_kernel<T><<<unsigned(n_tokens), 256, 0, stream()>>>(
+    rope_kernel<T><<<dim3(unsigned(n_tokens), pair_blocks), kRopeThreads, 0, stream()>>>(
         static_cast<T*>(x.data), positions.ptr<int32_t>(), inv_freq.f32(), n_heads, head_dim,
         offset, half, attention_factor, interleaved);
   });
