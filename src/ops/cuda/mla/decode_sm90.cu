@@ -1304,53 +1304,41 @@ CUtensorMap dense_kv_map(const void* base, int64_t n_blocks, int block_size) {
   return map;
 }
 
+// The kernel an environment variable names ('pipelined' (the default), 'overlapped' or
+// 'seesaw'; unset or empty: Pipelined), read once into *set (-1: not read yet). A bad value is a
+// clear error on the first call, not at static initialisation.
+MlaPrefillKernel kernel_setting(int& set, const char* env) {
+  if (set < 0) {
+    const char* e = std::getenv(env);
+    MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
+    if (e && *e) {
+      const std::string_view v(e);
+      OSPREY_CHECK(v == "pipelined" || v == "overlapped" || v == "seesaw", env,
+                   " must be 'pipelined' (the default), 'overlapped' or 'seesaw', not '", v, "'");
+      k = v == "seesaw"       ? MlaPrefillKernel::Seesaw
+          : v == "overlapped" ? MlaPrefillKernel::Overlapped
+                              : MlaPrefillKernel::Pipelined;
+    }
+    set = int(k);
+  }
+  return MlaPrefillKernel(set);
+}
 // The sparse prefill kernel (hooks.h: MlaPrefillKernel): BF16 sparse calls with more query tokens
 // than sequences (prompt chunks; MTP verify steps too) take the seesaw kernel's prefill variant
 // (the default since it measured 10-14% faster on every sparse prefill shape: H200, 2026-12-03,
 // bench/RESULTS.md); OSPREY_MLA_PREFILL=seesaw sends them to the seesaw kernel as for decode.
-// Read on the first call (a bad value is a clear error there, not at static initialisation).
 int g_prefill_kernel_set = -1;  // -1: not read yet, else a MlaPrefillKernel
 MlaPrefillKernel prefill_kernel_setting() {
-  if (g_prefill_kernel_set < 0) {
-    const char* e = std::getenv("OSPREY_MLA_PREFILL");
-    MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
-    if (e && *e) {
-      const std::string_view v(e);
-      OSPREY_CHECK(v == "pipelined" || v == "overlapped" || v == "seesaw",
-                   "OSPREY_MLA_PREFILL must be 'pipelined' (the default), 'overlapped' or "
-                   "'seesaw', not '",
-                   v, "'");
-      k = v == "seesaw"       ? MlaPrefillKernel::Seesaw
-          : v == "overlapped" ? MlaPrefillKernel::Overlapped
-                              : MlaPrefillKernel::Pipelined;
-    }
-    g_prefill_kernel_set = int(k);
-  }
-  return MlaPrefillKernel(g_prefill_kernel_set);
+  return kernel_setting(g_prefill_kernel_set, "OSPREY_MLA_PREFILL");
 }
 // The BF16 sparse decode calls (one query token a sequence) take the prefill variant
-// (Pipelined) by default: on the H100 it ran B=16 / 64 / 128 at context 5000 in 48.8 / 109.5 /
-// 221.2 µs against the seesaw kernel's 52.7 / 136.8 / 340.5 (bench kernels, 2026-12-05;
+// (Pipelined) by default too: on the H100 it ran B=16 / 64 / 128 at context 5000 in 49.0 / 109.2
+// / 223.1 µs against the seesaw kernel's 52.6 / 137.2 / 339.6 (bench kernels, 2026-12-05;
 // bench/RESULTS.md). OSPREY_MLA_SPARSE_DECODE (or set_mla_sparse_decode_kernel, the bench) picks
 // another: 'seesaw' (the decode kernel) or 'overlapped'.
 int g_sparse_decode_kernel_set = -1;  // -1: not read yet, else a MlaPrefillKernel
 MlaPrefillKernel sparse_decode_kernel_setting() {
-  if (g_sparse_decode_kernel_set < 0) {
-    const char* e = std::getenv("OSPREY_MLA_SPARSE_DECODE");
-    MlaPrefillKernel k = MlaPrefillKernel::Pipelined;
-    if (e && *e) {
-      const std::string_view v(e);
-      OSPREY_CHECK(v == "pipelined" || v == "overlapped" || v == "seesaw",
-                   "OSPREY_MLA_SPARSE_DECODE must be 'pipelined' (the default), 'seesaw' or "
-                   "'overlapped', not '",
-                   v, "'");
-      k = v == "seesaw"       ? MlaPrefillKernel::Seesaw
-          : v == "overlapped" ? MlaPrefillKernel::Overlapped
-                              : MlaPrefillKernel::Pipelined;
-    }
-    g_sparse_decode_kernel_set = int(k);
-  }
-  return MlaPrefillKernel(g_sparse_decode_kernel_set);
+  return kernel_setting(g_sparse_decode_kernel_set, "OSPREY_MLA_SPARSE_DECODE");
 }
 int64_t g_prefill_variant_calls = 0;
 int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_token_cost (the bench)
