@@ -51,7 +51,7 @@ __global__ void silu_mul_quant_kernel(T* out, uint8_t* __restrict__ q, float* __
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float sc = act_fp8_scale(amax);
 #pragma unroll
   for (int i = 0; i < 4; ++i) q[c0 + i * 32] = f32_to_e4m3_dev(v[i] / sc);
   if (lane == 0) s[row * s_row + g * s_group] = sc;

@@ -60,7 +60,7 @@ __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __rest
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float s = act_fp8_scale(amax);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t c = g * kFp8BlockSize + i * 32 + lane;

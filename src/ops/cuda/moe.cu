@@ -214,15 +214,7 @@ __global__ void __launch_bounds__(kCombineThreads)
         acc[3] += wi[j] * v[j].w;
       }
   }
-  To* o = out + t * D + c;
-  if constexpr (sizeof(To) == 4) {
-    *reinterpret_cast<float4*>(o) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  } else {
-    uint2 p;
-    *reinterpret_cast<__nv_bfloat162*>(&p.x) = __floats2bfloat162_rn(acc[0], acc[1]);
-    *reinterpret_cast<__nv_bfloat162*>(&p.y) = __floats2bfloat162_rn(acc[2], acc[3]);
-    *reinterpret_cast<uint2*>(o) = p;
-  }
+  store4(out + t * D + c, acc);  // BF16 out: round to nearest even, as from_f32
 }
 
 // out [n, D] (F32 / BF16) = the combine of y [n·K, D] F32 through inv [n, K] and the weights

@@ -109,7 +109,7 @@ __global__ void rms_norm_multi_kernel(T* out, bf16* __restrict__ ob, uint8_t* __
       amax = fmaxf(amax, fabsf(v[i]));
     }
     amax = warp_max(amax);
-    const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const float sc = act_fp8_scale(amax);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       q[row * d + g * kFp8BlockSize + i * 32 + lane] = f32_to_e4m3_dev(v[i] / sc);
@@ -126,27 +126,7 @@ __global__ void rms_norm_multi_kernel(T* out, bf16* __restrict__ ob, uint8_t* __
 constexpr int kVecThreads = 256;  // 8 warps: a warp's 32 quads are one 128-value FP8 group
 constexpr int kMaxVecQuads = 8;   // quads a thread: d ≤ 256 · 4 · 8 = 8192 (hidden 7168: 7)
 
-// Four consecutive values as one aligned load / store (F32: 16 bytes, BF16: 8 bytes), in F32.
-__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
-  const float4 t = *reinterpret_cast<const float4*>(p);
-  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-}
-__device__ __forceinline__ void load4(const bf16* p, float (&v)[4]) {
-  const uint2 t = *reinterpret_cast<const uint2*>(p);
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&t.y));
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-// Stores v rounded to T (the values are T's already where the caller rounded them: exact).
-__device__ __forceinline__ void store4(float* p, const float (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-__device__ __forceinline__ void store4(bf16* p, const float (&v)[4]) {
-  uint2 t;
-  *reinterpret_cast<__nv_bfloat162*>(&t.x) = __floats2bfloat162_rn(v[0], v[1]);
-  *reinterpret_cast<__nv_bfloat162*>(&t.y) = __floats2bfloat162_rn(v[2], v[3]);
-  *reinterpret_cast<uint2*>(p) = t;
-}
+// load4 / store4 (common.cuh): a thread's four consecutive values.
 
 // rms_norm_multi_kernel's contract (out, ob, q/s, residual; the same expressions, so the same
 // values up to the order of the sum of squares), for d a multiple of 4 with ⌈d/4/256⌉ ≤ K quads a
@@ -219,7 +199,7 @@ __global__ void __launch_bounds__(kVecThreads)
     if (q) {
       const float amax =
           warp_max(fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))));
-      const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const float sc = act_fp8_scale(amax);
       uint32_t packed = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) packed |= uint32_t(f32_to_e4m3_dev(y[j] / sc)) << (8 * j);

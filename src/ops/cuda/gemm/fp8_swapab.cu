@@ -539,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
         float amax = 0.0f;
 #pragma unroll
         for (int q = 0; q < 8; ++q) amax = fmaxf(amax, red[q * BN + col]);
-        const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+        const float s = act_fp8_scale(amax);
         const int64_t r = tok0 + col;
         p.h8[r * N + row_of(i)] = f32_to_e4m3_dev(h[i] / s);
         if (ct < 4 && ((i >> 1) & 1) == 0) p.hs[r * ngroups + row_blk] = s;
@@ -577,7 +577,7 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  const float sc = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float sc = act_fp8_scale(amax);
 #pragma unroll
   for (int i = 0; i < 4; ++i) q[row * K + g * kGroup + i * 32 + lane] = f32_to_e4m3_dev(v[i] / sc);
   if (lane == 0) s[row * ng + g] = sc;
