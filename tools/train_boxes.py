@@ -355,9 +355,17 @@ def indexer_queries(ix, x, q_resid, cos, sin):
 
 
 def index_scores(ix, q, w, k):
-    """[B, C, T] Σ_h w[c,h]·relu(scale·q[c,h]·k[t]) for query rows q [B, C, 64, 128]."""
-    sc = torch.matmul(q, k.transpose(1, 2).unsqueeze(1).to(q.dtype))  # [B, C, 64, T]
-    sc = F.relu(sc * ix.softmax_scale)
+    """[B, C, T] Σ_h w[c,h]·relu(scale·q[c,h]·k[t]) for query rows q [B, C, 64, 128].
+    The q·k products are one bmm of the [B, C·64, 128] rows against k [B, 128, T]: a matmul of
+    q [B, C, 64, 128] with k broadcast as [B, 1, 128, T] copies k C times first (torch expands and
+    reshapes a broadcast batch dim), 2x the score tensor's bytes per call (and, under autograd,
+    kept for the backward)."""
+    B, C, nh, hd = q.shape
+    sc = torch.bmm(q.reshape(B, C * nh, hd), k.transpose(1, 2).to(q.dtype)).view(B, C, nh, -1)
+    if torch.is_grad_enabled() and sc.requires_grad:
+        sc = F.relu(sc * ix.softmax_scale)
+    else:  # the selection: in place, the same values
+        sc = sc.mul_(ix.softmax_scale).relu_()
     return torch.matmul(w.to(sc.dtype).unsqueeze(-2), sc).squeeze(-2).float()
 
 
@@ -374,7 +382,7 @@ def topk_selection(ix, x, q_resid, cos, sin, topk):
         s1 = min(S, s0 + chunk)
         q, w = indexer_queries(ix, x[:, s0:s1], q_resid[:, s0:s1], cos[:, s0:s1], sin[:, s0:s1])
         sc = index_scores(ix, q.to(torch.bfloat16), w, k).masked_fill(~causal[s0:s1], float("-inf"))
-        top = sc.topk(topk, dim=-1).indices
+        top = sc.topk(topk, dim=-1, sorted=False).indices  # a set: its order is not used
         sel[:, s0:s1] = torch.zeros_like(sel[:, s0:s1]).scatter_(-1, top, True)
     return sel
 
@@ -392,8 +400,16 @@ def _masked_chunk(q, k, v, m, scale):
     return torch.matmul(torch.softmax(lg, dim=-1).to(v.dtype), v)
 
 
-def main_attention(q, k, v, sel, scale):
-    """[B, H, S, 128]: q, k [B, H, S, 192], v [B, H, S, 128] bf16; sel None (causal) or [B, S, S]."""
+def main_attention(q, k, v, sel, scale, causal_rows=0):
+    """[B, H, S, 128]: q, k [B, H, S, 192], v [B, H, S, 128] bf16; sel None (causal) or [B, S, S].
+    causal_rows: the first rows of sel are known to be causal (the top-k and recent selections
+    below index_topk): those rows go through the causal kernel over the first causal_rows keys,
+    and only the rest through the masked one (no causal block skipping, ~4x slower a row)."""
+    if sel is not None and 0 < causal_rows < q.shape[2]:
+        r = causal_rows
+        head = main_attention(q[:, :, :r], k[:, :, :r], v[:, :, :r], None, scale)
+        tail = main_attention(q[:, :, r:], k, v, sel[:, r:], scale)
+        return torch.cat([head, tail], dim=2)
     if sel is None:
         if TrainState.flash:
             vp = F.pad(v, (0, q.shape[-1] - v.shape[-1]))  # flash wants one head width
@@ -465,7 +481,7 @@ def training_attention_forward(self, hidden_states, position_embeddings, attenti
         sel = topk_selection(ix, x_d, q_d, cos, sin, topk)
     elif TrainState.mode == "recent" and S > topk:
         sel = recent_selection(B, S, topk, hidden_states.device)
-    out = main_attention(query, key, value, sel, self.scaling)
+    out = main_attention(query, key, value, sel, self.scaling, causal_rows=topk if sel is not None else 0)
     out = out.transpose(1, 2).reshape(B, S, -1)
     if TrainState.rows is not None:
         TrainState.kl.append(indexer_kl(ix, x_d, q_d, cos, sin, query.detach(), key.detach(), sel,
