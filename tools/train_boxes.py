@@ -804,7 +804,7 @@ def main():
     ap.add_argument("--eval-reserve-s", type=float, default=65.0,
                     help="seconds kept from the budget for saving and evaluation (~35 s used)")
     ap.add_argument("--dense-frac", type=float, default=0.85, help="share of training time dense")
-    ap.add_argument("--floor", type=float, nargs=2, default=(0.3, 0.8), metavar=("START", "END"),
+    ap.add_argument("--floor", type=float, nargs=2, default=(0.5, 0.9), metavar=("START", "END"),
                     help="curriculum: the shares of the dense stage between which the time "
                          "floor rises from the shortest bucket to the longest")
     ap.add_argument("--advance-at", type=float, default=0.8,

@@ -161,6 +161,9 @@ def main():
     ap.add_argument("--d", type=int, default=64, help="model width")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--floor", type=float, nargs=2, default=None, metavar=("START", "END"),
+                    help="the curriculum's time floor (default: train_boxes.py's 0.5 0.9 for "
+                         "retrieval, the second H200 run's 0.3 0.8 for new)")
     ap.add_argument("--eval-n", type=int, default=60, help="held-out prompts per length")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -206,7 +209,8 @@ def main():
     r_buckets = r_levels + buckets
     sched = Schedule(len(r_levels), len(buckets))
     n_levels = sched.n_levels if args.schedule == "retrieval" else len(ceilings)
-    cur = Curriculum(n_levels)
+    floor = args.floor or ((0.5, 0.9) if args.schedule == "retrieval" else (0.3, 0.8))
+    cur = Curriculum(n_levels, floor_start=floor[0], floor_end=floor[1])
     t0, step, seed, done = time.time(), 0, 0, 0
     accs = []
     print(f"schedule {args.schedule}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters", flush=True)
