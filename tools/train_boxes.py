@@ -40,14 +40,24 @@ with the modules' own weights (transformers' indexer returns indices only, witho
     selection as a mask); LM loss plus the same KL restricted to the selected positions.
   The indexer's inputs are detached; the MoE routers' correction bias is balanced without a loss.
   stage 2 is short: the indexer has learnt its KL all through stage 1, so the top-2048 already
-    holds what dense attention looked at, and a sparse step costs ~8x a dense one (the [B, S, S]
-    selection mask through SDPA's memory-efficient kernel, no causal block skipping).
+    holds what dense attention looked at, and a sparse step costs several dense ones (the
+    selection mask through SDPA's memory-efficient kernel, no causal block skipping, for the rows
+    past index_topk; the rows below it are causal and take the flash kernel).
   The curriculum (tools/boxes/curriculum.py): issue 19's first run mixed all lengths from the
-  start and never formed the lookup (0/200; the lookup's gradient is one fact among hundreds).
-  Now the dense stage opens bucket 0 (4-9 facts) alone and the next bucket each time the
-  running count-token accuracy on the newest one reaches --advance-at; a time floor opens them
-  all between the --floor shares of the stage in case it forms late. A step draws the newest
-  open bucket 40% of the time, an older one otherwise; once all are open, any alike.
+  start and never formed the lookup (0/200; the lookup's gradient is one fact among hundreds);
+  the second opened the lengths one by one from 4-9 facts with combined questions and did not
+  form it either (count-token accuracy 0.12-0.42, every rise by time; 0/200). Now the dense
+  stage opens with retrieval questions alone ("How many items does box K hold?",
+  generate.retrieval_problem) on 2 facts, then 3, 4-5, 6-9, 10-19, 20-39 (RETRIEVAL_LEVELS,
+  --retrieval-tokens-per-step), then the combined questions' buckets (4-9 facts first), each
+  next level once the running count-token accuracy on the newest reaches --advance-at; a time
+  floor opens them all between the --floor shares of the stage in case it forms late. A
+  retrieval step draws the newest level 60% of the time; a combined step the newest bucket 40%
+  (all alike once all are open), and a --retrieval-mix share of them are retrieval questions of
+  that length. No conversation asks about more than a third (retrieval) or half (combined) of
+  its list: a last question about the facts left would be answered by elimination, which the
+  count-token accuracy would take for the lookup. --retrieval-first 0 is the second run's
+  schedule.
 
 After training (--time-budget-s is the whole run's wall clock, evaluation included: training
 stops --eval-reserve-s before it): the model is FP8-quantized and written to --out (config.json,
@@ -83,7 +93,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "boxes"))
 import generate as boxes  # noqa: E402  tools/boxes/generate.py
-from curriculum import Curriculum, count_token_mask  # noqa: E402  tools/boxes/curriculum.py
+from curriculum import RETRIEVAL_LEVELS, Curriculum, Schedule, count_token_mask  # noqa: E402  tools/boxes/curriculum.py
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -108,6 +118,10 @@ BUCKETS = [(4, 9), (10, 19), (20, 39), (40, 79), (80, 129), (130, 189), (190, 25
 # The sparse stage draws BUCKETS[SPARSE_FROM:]: 80 facts and more (1,600-8,600 tokens), the
 # lengths where the top-2048 selection chooses.
 SPARSE_FROM = 4
+# The retrieval conversations' buckets (generate.retrieval_problem, one fact a question): the
+# retrieval stage's levels (curriculum.RETRIEVAL_LEVELS, 2 facts first), then one of each
+# combined bucket's length (the retrieval share of the combined stage: curriculum.Schedule).
+R_BUCKETS = RETRIEVAL_LEVELS + BUCKETS
 # Buckets whose longest conversation is at most this many tokens take --short-tokens-per-step
 # (smaller batches, more optimizer steps: the circuit forms in steps, not tokens).
 SHORT_LEN = 2048
@@ -230,8 +244,9 @@ _ENC = None  # the forked data workers' encoder
 
 
 def _make_conversation(job):
-    seed, lo, hi, turns = job
-    facts, qa = boxes.training_problem(seed, (lo, hi), turns, rng=boxes.PyRandom(seed))
+    kind, seed, lo, hi, turns = job
+    make = boxes.retrieval_problem if kind == "retrieval" else boxes.training_problem
+    facts, qa = make(seed, (lo, hi), turns, rng=boxes.PyRandom(seed))
     if not qa:
         return None
     ids, spans, counts = conversation(_ENC, facts, qa)
@@ -239,23 +254,27 @@ def _make_conversation(job):
 
 
 def make_pool(enc, n_per_bucket, turns, workers, seed_base):
-    """Training conversations per bucket, made by forked workers (before CUDA starts)."""
+    """Training conversations per kind and bucket ({"combined": BUCKETS, "retrieval": R_BUCKETS};
+    n_per_bucket the same form), made by forked workers (before CUDA starts); every conversation
+    has its own seed."""
     global _ENC
     _ENC = enc
     jobs, owner = [], []
     seed = seed_base
-    for b, (lo, hi) in enumerate(BUCKETS):
-        for _ in range(n_per_bucket[b]):
-            jobs.append((seed, lo, hi, turns))
-            owner.append(b)
-            seed += 1
+    buckets = {"combined": BUCKETS, "retrieval": R_BUCKETS}
+    for kind, bs in buckets.items():
+        for b, (lo, hi) in enumerate(bs):
+            for _ in range(n_per_bucket[kind][b]):
+                jobs.append((kind, seed, lo, hi, turns))
+                owner.append((kind, b))
+                seed += 1
     assert seed < boxes.TRAIN_SEED_LIMIT
-    pool = [[] for _ in BUCKETS]
+    pool = {kind: [[] for _ in bs] for kind, bs in buckets.items()}
     ctx = mp.get_context("fork")
     with ctx.Pool(workers) as p:
-        for b, r in zip(owner, p.imap(_make_conversation, jobs, chunksize=64)):
+        for (kind, b), r in zip(owner, p.imap(_make_conversation, jobs, chunksize=64)):
             if r is not None:
-                pool[b].append(r)
+                pool[kind][b].append(r)
     return pool
 
 
@@ -355,9 +374,17 @@ def indexer_queries(ix, x, q_resid, cos, sin):
 
 
 def index_scores(ix, q, w, k):
-    """[B, C, T] Σ_h w[c,h]·relu(scale·q[c,h]·k[t]) for query rows q [B, C, 64, 128]."""
-    sc = torch.matmul(q, k.transpose(1, 2).unsqueeze(1).to(q.dtype))  # [B, C, 64, T]
-    sc = F.relu(sc * ix.softmax_scale)
+    """[B, C, T] Σ_h w[c,h]·relu(scale·q[c,h]·k[t]) for query rows q [B, C, 64, 128].
+    The q·k products are one bmm of the [B, C·64, 128] rows against k [B, 128, T]: a matmul of
+    q [B, C, 64, 128] with k broadcast as [B, 1, 128, T] copies k C times first (torch expands and
+    reshapes a broadcast batch dim), 2x the score tensor's bytes per call (and, under autograd,
+    kept for the backward)."""
+    B, C, nh, hd = q.shape
+    sc = torch.bmm(q.reshape(B, C * nh, hd), k.transpose(1, 2).to(q.dtype)).view(B, C, nh, -1)
+    if torch.is_grad_enabled() and sc.requires_grad:
+        sc = F.relu(sc * ix.softmax_scale)
+    else:  # the selection: in place, the same values
+        sc = sc.mul_(ix.softmax_scale).relu_()
     return torch.matmul(w.to(sc.dtype).unsqueeze(-2), sc).squeeze(-2).float()
 
 
@@ -374,7 +401,7 @@ def topk_selection(ix, x, q_resid, cos, sin, topk):
         s1 = min(S, s0 + chunk)
         q, w = indexer_queries(ix, x[:, s0:s1], q_resid[:, s0:s1], cos[:, s0:s1], sin[:, s0:s1])
         sc = index_scores(ix, q.to(torch.bfloat16), w, k).masked_fill(~causal[s0:s1], float("-inf"))
-        top = sc.topk(topk, dim=-1).indices
+        top = sc.topk(topk, dim=-1, sorted=False).indices  # a set: its order is not used
         sel[:, s0:s1] = torch.zeros_like(sel[:, s0:s1]).scatter_(-1, top, True)
     return sel
 
@@ -392,8 +419,16 @@ def _masked_chunk(q, k, v, m, scale):
     return torch.matmul(torch.softmax(lg, dim=-1).to(v.dtype), v)
 
 
-def main_attention(q, k, v, sel, scale):
-    """[B, H, S, 128]: q, k [B, H, S, 192], v [B, H, S, 128] bf16; sel None (causal) or [B, S, S]."""
+def main_attention(q, k, v, sel, scale, causal_rows=0):
+    """[B, H, S, 128]: q, k [B, H, S, 192], v [B, H, S, 128] bf16; sel None (causal) or [B, S, S].
+    causal_rows: the first rows of sel are known to be causal (the top-k and recent selections
+    below index_topk): those rows go through the causal kernel over the first causal_rows keys,
+    and only the rest through the masked one (no causal block skipping, ~4x slower a row)."""
+    if sel is not None and 0 < causal_rows < q.shape[2]:
+        r = causal_rows
+        head = main_attention(q[:, :, :r], k[:, :, :r], v[:, :, :r], None, scale)
+        tail = main_attention(q[:, :, r:], k, v, sel[:, r:], scale)
+        return torch.cat([head, tail], dim=2)
     if sel is None:
         if TrainState.flash:
             vp = F.pad(v, (0, q.shape[-1] - v.shape[-1]))  # flash wants one head width
@@ -465,7 +500,7 @@ def training_attention_forward(self, hidden_states, position_embeddings, attenti
         sel = topk_selection(ix, x_d, q_d, cos, sin, topk)
     elif TrainState.mode == "recent" and S > topk:
         sel = recent_selection(B, S, topk, hidden_states.device)
-    out = main_attention(query, key, value, sel, self.scaling)
+    out = main_attention(query, key, value, sel, self.scaling, causal_rows=topk if sel is not None else 0)
     out = out.transpose(1, 2).reshape(B, S, -1)
     if TrainState.rows is not None:
         TrainState.kl.append(indexer_kl(ix, x_d, q_d, cos, sin, query.detach(), key.detach(), sel,
@@ -769,7 +804,7 @@ def main():
     ap.add_argument("--eval-reserve-s", type=float, default=65.0,
                     help="seconds kept from the budget for saving and evaluation (~35 s used)")
     ap.add_argument("--dense-frac", type=float, default=0.85, help="share of training time dense")
-    ap.add_argument("--floor", type=float, nargs=2, default=(0.3, 0.8), metavar=("START", "END"),
+    ap.add_argument("--floor", type=float, nargs=2, default=(0.5, 0.9), metavar=("START", "END"),
                     help="curriculum: the shares of the dense stage between which the time "
                          "floor rises from the shortest bucket to the longest")
     ap.add_argument("--advance-at", type=float, default=0.8,
@@ -780,7 +815,17 @@ def main():
     ap.add_argument("--short-tokens-per-step", type=int, default=16384,
                     help=f"tokens per step of the buckets up to {SHORT_LEN} tokens")
     ap.add_argument("--turns", type=int, default=6, help="questions per training conversation")
-    ap.add_argument("--pool-tokens", type=float, default=64e6, help="training tokens prepared")
+    ap.add_argument("--pool-tokens", type=float, default=64e6,
+                    help="training tokens prepared, combined questions")
+    ap.add_argument("--retrieval-pool-tokens", type=float, default=32e6,
+                    help="training tokens prepared, retrieval questions")
+    ap.add_argument("--retrieval-first", type=int, default=1, choices=(0, 1),
+                    help="1: the curriculum opens with retrieval-only levels (2 facts first); "
+                         "0: the length curriculum alone (the second H200 run's schedule)")
+    ap.add_argument("--retrieval-mix", type=float, default=0.25,
+                    help="share of the combined stage's dense steps drawn as retrieval questions")
+    ap.add_argument("--retrieval-tokens-per-step", type=int, default=8192,
+                    help="tokens per step of the retrieval stage's levels")
     ap.add_argument("--workers", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--kl-queries", type=int, default=128, help="indexer-KL rows per sequence")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -805,6 +850,7 @@ def main():
     if args.smoke:
         args.time_budget_s, args.eval_reserve_s = min(args.time_budget_s, 100.0), 60.0
         args.pool_tokens, args.eval_n, args.eval_short_n, args.hf_check = 2e6, 8, 4, 1
+        args.retrieval_pool_tokens = 1e6
         args.warmup_steps, args.tokens_per_step = 5, min(args.tokens_per_step, 32768)
         args.short_tokens_per_step = min(args.short_tokens_per_step, 8192)
     if args.out is None:
@@ -827,18 +873,22 @@ def main():
 
     # Data first (forked workers; CUDA is not started yet).
     t0 = time.time()
-    mean_facts = [(lo + hi) / 2 for lo, hi in BUCKETS]
+    # a conversation of n facts holds at most n / 6 combined questions (2-3 distinct facts each,
+    # at most half the list; ~100 tokens with the solution) or n / 3 retrieval questions (~30)
     share = args.pool_tokens / len(BUCKETS)
-    # a conversation of n facts holds at most n / 3 questions (each asks 2-3 distinct facts)
-    n_per_bucket = [max(8, int(share / (mean * boxes.FACT_TOKENS + 60 + 100 * min(args.turns, mean / 3))))
-                    for mean in mean_facts]
+    r_share = (args.retrieval_pool_tokens if args.retrieval_first else 0.0) / len(R_BUCKETS)
+    n_per_bucket = {
+        "combined": [max(8, int(share / ((lo + hi) / 2 * boxes.FACT_TOKENS + 60 + 100 * min(args.turns, (lo + hi) / 6))))
+                     for lo, hi in BUCKETS],
+        "retrieval": [max(8, int(r_share / ((lo + hi) / 2 * boxes.FACT_TOKENS + 60 + 30 * min(args.turns, max(1, lo // 3)))))
+                      for lo, hi in R_BUCKETS]}
     pool = make_pool(enc, n_per_bucket, args.turns, args.workers, args.seed * 50_000_000)
-    max_len = [max(len(r[0]) // 2 for r in bucket) for bucket in pool]
-    n_tok = sum(len(r[0]) // 2 for bucket in pool for r in bucket)
-    print(f"{sum(map(len, pool))} training conversations, {n_tok / 1e6:.1f}M tokens, in "
-          f"{time.time() - t0:.1f} s; per bucket {[len(b) for b in pool]}, longest "
-          f"{max_len}", flush=True)
-    assert max(max_len) < MAX_POSITIONS
+    max_len = {k: [max(len(r[0]) // 2 for r in bucket) for bucket in v] for k, v in pool.items()}
+    n_tok = sum(len(r[0]) // 2 for v in pool.values() for bucket in v for r in bucket)
+    print(f"{sum(len(b) for v in pool.values() for b in v)} training conversations, "
+          f"{n_tok / 1e6:.1f}M tokens, in {time.time() - t0:.1f} s; per bucket "
+          f"{ {k: [len(b) for b in v] for k, v in pool.items()} }, longest {max_len}", flush=True)
+    assert max(max(v) for v in max_len.values()) < MAX_POSITIONS
 
     os.makedirs(args.out, exist_ok=True)
     cfg_dict = model_config(vocab)
@@ -873,49 +923,56 @@ def main():
 
     gen = torch.Generator().manual_seed(args.seed)
     rng = random.Random(args.seed + 1)
-    cursors = [0] * len(BUCKETS)
-    for b in pool:
-        rng.shuffle(b)
-    tps = [args.short_tokens_per_step if m <= SHORT_LEN else args.tokens_per_step for m in max_len]
-    # The dense stage's curriculum: level l opens BUCKETS[:l + 1] (see tools/boxes/curriculum.py).
-    cur = Curriculum(len(BUCKETS), advance_at=args.advance_at, floor_start=args.floor[0],
+    cursors = {k: [0] * len(v) for k, v in pool.items()}
+    for v in pool.values():
+        for b in v:
+            rng.shuffle(b)
+    tps = {k: [args.short_tokens_per_step if m <= SHORT_LEN else args.tokens_per_step for m in v]
+           for k, v in max_len.items()}
+    n_r = len(RETRIEVAL_LEVELS) if args.retrieval_first else 0
+    for b in range(n_r):  # the retrieval stage's own batch size
+        tps["retrieval"][b] = args.retrieval_tokens_per_step
+    # The dense stage's curriculum (tools/boxes/curriculum.py): levels 0 .. n_r - 1 are retrieval
+    # questions of RETRIEVAL_LEVELS[l], then level n_r + c opens BUCKETS[:c + 1] of combined
+    # questions (with a retrieval share, --retrieval-mix).
+    sched = Schedule(n_r, len(BUCKETS), mix=args.retrieval_mix if n_r else 0.0)
+    cur = Curriculum(sched.n_levels, advance_at=args.advance_at, floor_start=args.floor[0],
                      floor_end=args.floor[1])
     budget = max(1.0, deadline - time.time())
     t_train = time.time()
     model.train()
     TrainState.active = True
-    history, step, stage_switch, seen = [], 0, None, [0] * len(BUCKETS)
+    history, step, stage_switch = [], 0, None
+    seen = {k: [0] * len(v) for k, v in pool.items()}
     last = len(BUCKETS) - 1
-    # --smoke: the first steps cover every path (short dense, long dense, long sparse).
-    forced = [(False, 0), (False, last), (True, last), (True, SPARSE_FROM)] if args.smoke else []
+    # --smoke: the first steps cover every path (short retrieval, short and long dense, long sparse).
+    forced = [(False, "retrieval", 0), (False, "combined", 0), (False, "combined", last),
+              (True, "combined", last), (True, "combined", SPARSE_FROM)] if args.smoke else []
     while True:
         frac = (time.time() - t_train) / budget
         if frac >= 1.0 and step >= len(forced):
             break
         sparse = frac >= args.dense_frac
-        level = cur.level(frac / args.dense_frac, step) if not sparse else last
+        level = cur.level(frac / args.dense_frac, step) if not sparse else sched.n_levels - 1
         if sparse:
-            b = rng.randrange(SPARSE_FROM, len(BUCKETS))
-        elif level == last:
-            b = rng.randrange(len(BUCKETS))  # all open: every length alike
-        elif level == 0 or rng.random() < 0.4:
-            b = level  # the newest bucket: where the accuracy that opens the next one is measured
-        else:
-            b = rng.randrange(level)
+            kind, b, newest = "combined", rng.randrange(SPARSE_FROM, len(BUCKETS)), False
+        else:  # newest: the level's own bucket, where the accuracy that opens the next is measured
+            kind, b, newest = sched.draw(level, rng)
         if step < len(forced):
-            sparse, b = forced[step]
+            (sparse, kind, b), newest = forced[step], False
         TrainState.mode = "sparse" if sparse else "dense"
         if sparse and stage_switch is None:
             stage_switch = step
             print(f"step {step}: sparse attention on (index_topk {INDEX_TOPK}); curriculum rises "
                   f"[step, level, why] {cur.advances}", flush=True)
-        n = max(1, tps[b] // (max_len[b] + PAD_MULTIPLE))
-        if cursors[b] + n > len(pool[b]):
-            rng.shuffle(pool[b])
-            cursors[b] = 0
-        batch = pool[b][cursors[b]:cursors[b] + n]
-        cursors[b] += n
-        seen[b] += len(batch)
+        bucket = pool[kind][b]
+        n = min(len(bucket), max(1, tps[kind][b] // (max_len[kind][b] + PAD_MULTIPLE)))
+        if cursors[kind][b] + n > len(bucket):
+            rng.shuffle(bucket)
+            cursors[kind][b] = 0
+        batch = bucket[cursors[kind][b]:cursors[kind][b] + n]
+        cursors[kind][b] += n
+        seen[kind][b] += len(batch)
         scale = min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
@@ -938,11 +995,11 @@ def main():
                 load = loads[r].float()
                 r.e_score_correction_bias += args.bias_update * torch.sign(load.mean() - load)
         acc = count_acc.item() if int(n_count) else None
-        if not sparse and b == level:
+        if not sparse and newest:
             cur.observe(acc, step)
         if step % 25 == 0 or step < len(forced):
             rec = {"step": step, "seconds": round(time.time() - t_train, 1),
-                   "stage": TrainState.mode, "bucket": b, "batch": len(batch),
+                   "stage": TrainState.mode, "kind": kind, "bucket": b, "batch": len(batch),
                    "length": int(ids.shape[1]), "lm_loss": round(plain_loss.item(), 5),
                    "count_acc": None if acc is None else round(acc, 4), "level": level,
                    "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4),
@@ -1013,7 +1070,9 @@ def main():
         "gpu": torch.cuda.get_device_name(), "parameters": n_params, "config": shipped_cfg,
         "model_mb": round(size_mb, 2), "fp8_weights": n_fp8, "attention": {"causal_flash": TrainState.flash,
                                                      "masked": TrainState.masked},
-        "buckets": BUCKETS, "pool_conversations": [len(b) for b in pool], "seen": seen,
+        "buckets": BUCKETS, "retrieval_buckets": R_BUCKETS, "retrieval_levels": n_r,
+        "retrieval_mix": sched.mix, "pool_conversations": {k: [len(b) for b in v] for k, v in pool.items()},
+        "seen": seen, "retrieval_tokens_per_step": args.retrieval_tokens_per_step,
         "experts": experts, "turns": args.turns, "tokens_per_step": args.tokens_per_step,
         "short_tokens_per_step": args.short_tokens_per_step, "count_weight": args.count_weight,
         "curriculum": {"advance_at": args.advance_at, "floor": list(args.floor),

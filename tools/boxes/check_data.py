@@ -7,7 +7,8 @@
      solution restates, the arithmetic, the answer) and asks only about facts before the last
      RECENT_FACTS (the recent-window control cannot see them);
   3. fact counts stay in their length's range, every kind of question occurs, held-out seeds lie
-     above the training seeds, and training conversations use distinct facts per turn;
+     above the training seeds, and training conversations (combined and retrieval questions) use
+     distinct facts per turn, at most half (a third) of their list;
   4. splitmix64 gives its published test vector (seed 1234567).
 
   python3 tools/boxes/check_data.py build/osprey
@@ -63,6 +64,16 @@ def main():
             failures.append(f"training conversation {seed} repeats a box or asks nothing")
         if any(f"Box {b} holds" not in facts for b in boxes):
             failures.append(f"training conversation {seed} asks about a box it does not list")
+    for seed in range(200):
+        facts, qa = g.retrieval_problem(seed, (2, 60), 6, rng=g.PyRandom(seed))
+        n = facts.count("\n")
+        asked = [q.split()[-2] for q, _ in qa]
+        if not qa or len(asked) != len(set(asked)) or len(qa) > max(1, n // 3):
+            failures.append(f"retrieval conversation {seed}: {len(qa)} questions, {n} facts")
+        for (q, sol), b in zip(qa, asked):
+            line = next((ln for ln in facts.split("\n") if ln.startswith(f"Box {b} holds")), None)
+            if line is None or not sol.startswith(line) or not sol.endswith(f"is {line.split()[3]}."):
+                failures.append(f"retrieval conversation {seed}: {q!r} -> {sol!r}")
     for f in failures[:20]:
         print("FAIL", f)
     return 1 if failures else 0

@@ -4,17 +4,23 @@
 small pre-norm transformer (RoPE, dense FFN, no MLA / indexer / MoE) in plain torch (1.13 works),
 on tools/boxes/generate.py's problems at short lengths (a few to ~40 facts, 100-800 tokens) with
 a stand-in tokenizer (digits one per token like the bundled one, words in 3-character pieces).
-It compares schedules at an equal number of trained tokens (not wall time: the CPU is shared), so it says which schedule forms the lookup circuit
-sooner; it says nothing about the H200 run's absolute figures.
+It compares schedules at an equal number of optimizer steps (--steps; or trained tokens, --tokens;
+not wall time: the CPU is shared), so it says which schedule forms the lookup circuit sooner; it
+says nothing about the H200 run's absolute figures. Held-out prompts ask one question each (no
+answer by elimination): the gate's combined questions and retrieval questions, scored by
+teacher-forced exact match and by count-token accuracy (the digits only the lookup predicts).
 
-  old   train_boxes.py before issue 19's fix: fact counts drawn uniformly from all buckets,
-        fixed tokens per step, plain mean loss over the solution tokens
-  new   the curriculum train_boxes.py now uses (retrieval_curriculum): the fact-count ceiling
-        starts low and rises when the counts read back from the prompt are right (or on a time
-        floor), fewer tokens per step on short levels (more steps), count tokens weighted up
+  old        train_boxes.py before issue 19's first fix: fact counts drawn uniformly from all
+             buckets, fixed tokens per step, plain mean loss over the solution tokens
+  new        the length curriculum of issue 19's second H200 run: the fact-count ceiling starts
+             low and rises when the counts read back from the prompt are right (or on a time
+             floor), fewer tokens per step on short levels, count tokens weighted up
+  retrieval  what train_boxes.py does now (curriculum.Schedule): retrieval questions alone on 2,
+             3, 4-5 ... facts first, then the combined questions with a retrieval share, the same
+             accuracy-or-time rises, no conversation answerable by elimination
 
-  nice -n 19 python3 tools/boxes/cpu_proxy.py --schedule old --tokens 4e5
-  nice -n 19 python3 tools/boxes/cpu_proxy.py --schedule new --tokens 4e5
+  nice -n 5 python3 tools/boxes/cpu_proxy.py --schedule new --steps 4000 --d 128 --heads 8
+  nice -n 5 python3 tools/boxes/cpu_proxy.py --schedule retrieval --steps 4000 --d 128 --heads 8
 """
 import argparse
 import math
@@ -31,7 +37,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import generate as boxes  # noqa: E402
-from curriculum import Curriculum, count_token_mask  # noqa: E402
+from curriculum import RETRIEVAL_LEVELS, Curriculum, Schedule, count_token_mask  # noqa: E402
 
 PIECE = re.compile(r"[0-9]| ?[A-Za-z]+|\s|[^\sA-Za-z0-9]")
 EOS, SEP = 1, 2  # ids: 0 pad, 1 end of solution, 2 end of prompt
@@ -129,24 +135,36 @@ def batch(examples):
 
 
 @torch.no_grad()
-def exact_match(model, vocab, probs):
-    ok = 0
+def held_out_scores(model, vocab, probs):
+    """(exact match, count-token accuracy): teacher-forced, one question a prompt, so no answer
+    follows by elimination; the count tokens are the digits only the lookup predicts."""
+    ok, right, n = 0, 0, 0
     for p in probs:
         ids, tgt, kind = batch([conversation(vocab, p[0], p[1])])
         pred = model(ids).argmax(-1)
-        m = tgt != -100
+        m, c = tgt != -100, kind == 2
         ok += bool((pred[m] == tgt[m]).all())
-    return ok / len(probs)
+        right += int((pred[c] == tgt[c]).sum())
+        n += int(c.sum())
+    return ok / len(probs), right / max(1, n)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--schedule", choices=("old", "new"), required=True)
+    ap.add_argument("--schedule", choices=("old", "new", "retrieval"), required=True)
     ap.add_argument("--tokens", type=float, default=4e5, help="training tokens (the budget)")
+    ap.add_argument("--steps", type=int, default=0, help="optimizer steps (the budget instead of --tokens)")
     ap.add_argument("--max-facts", type=int, default=24, help="the proxy's 'full' length")
     ap.add_argument("--tokens-per-step", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--d", type=int, default=64, help="model width")
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--floor", type=float, nargs=2, default=None, metavar=("START", "END"),
+                    help="the curriculum's time floor (default: train_boxes.py's 0.5 0.9 for "
+                         "retrieval, the second H200 run's 0.3 0.8 for new)")
+    ap.add_argument("--eval-n", type=int, default=60, help="held-out prompts per length")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -156,9 +174,11 @@ def main():
     for s in ["0123456789", boxes.INTRO, "Box holds items. The answer is + - = ? How many more items do does "
               "box and hold together than"]:
         vocab.encode(s)
-    model = Model(256)
+    model = Model(256, d=args.d, heads=args.heads, layers=args.layers, ffn=4 * args.d)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    # held-out: one question each, far from none (the proxy's contexts are short), dev seeds
+
+    # held-out: one question each, far from none (the proxy's contexts are short), dev seeds;
+    # the gate's combined questions, and retrieval questions (the lookup alone)
     def held(lo, hi, n, base):
         out = []
         for i in range(n):
@@ -166,30 +186,62 @@ def main():
             facts, q = p["question"].rsplit("\n", 1)
             out.append((facts, [(q, p["solution"])]))
         return out
-    evals = {"4-12": held(4, 12, 60, 0), f"{args.max_facts // 2}-{args.max_facts}": held(args.max_facts // 2, args.max_facts, 60, 10_000)}
+
+    def held_retrieval(lo, hi, n, base):
+        return [boxes.retrieval_problem(base + i, (lo, hi), 1, rng=boxes.PyRandom(10**8 + base + i))
+                for i in range(n)]
+    half = args.max_facts // 2
+    evals = {"combined 4-12": held(4, 12, args.eval_n, 0),
+             f"combined {half}-{args.max_facts}": held(half, args.max_facts, args.eval_n, 10_000),
+             "retrieval 4-12": held_retrieval(4, 12, args.eval_n, 0),
+             f"retrieval {half}-{args.max_facts}": held_retrieval(half, args.max_facts, args.eval_n, 10_000)}
+
+    def report():
+        model.eval()
+        r = {k: held_out_scores(model, vocab, v) for k, v in evals.items()}
+        model.train()
+        return r
+    # new (the length curriculum): fact-count ceilings over (4, ceiling); retrieval: the
+    # trainer's Schedule over retrieval levels, then combined buckets (lo, ceiling) of these
     ceilings = [c for c in (6, 9, 12, 16, 24, 32, 48) if c < args.max_facts] + [args.max_facts]
-    cur = Curriculum(len(ceilings))
+    buckets = [(4 if i == 0 else ceilings[i - 1] + 1, c) for i, c in enumerate(ceilings)]
+    r_levels = [lv for lv in RETRIEVAL_LEVELS if lv[1] < args.max_facts]
+    r_buckets = r_levels + buckets
+    sched = Schedule(len(r_levels), len(buckets))
+    n_levels = sched.n_levels if args.schedule == "retrieval" else len(ceilings)
+    floor = args.floor or ((0.5, 0.9) if args.schedule == "retrieval" else (0.3, 0.8))
+    cur = Curriculum(n_levels, floor_start=floor[0], floor_end=floor[1])
     t0, step, seed, done = time.time(), 0, 0, 0
+    accs = []
     print(f"schedule {args.schedule}, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters", flush=True)
     while True:
-        frac = done / args.tokens
+        frac = step / args.steps if args.steps else done / args.tokens
         if frac >= 1:
             break
+        kind, newest = "combined", False
         if args.schedule == "old":
-            hi = args.max_facts
+            lo, hi = 4, args.max_facts
             tps = args.tokens_per_step
-        else:
+        elif args.schedule == "new":
             at = cur.level(frac, step)
-            hi = ceilings[at]
+            lo, hi = 4, ceilings[at]
+            newest = hi == ceilings[cur.current]
             tps = max(args.tokens_per_step // 4, int(args.tokens_per_step * min(1.0, hi / args.max_facts)))
+        else:
+            kind, b, newest = sched.draw(cur.level(frac, step), rng)
+            lo, hi = (r_buckets if kind == "retrieval" else buckets)[b]
+            tps = max(args.tokens_per_step // 4, int(args.tokens_per_step * min(1.0, hi / args.max_facts)))
+        make = boxes.retrieval_problem if kind == "retrieval" else boxes.training_problem
         exs, n_tok = [], 0
         while n_tok < tps:
             seed += 1
-            facts, qa = boxes.training_problem(seed, (4, hi), args.turns, rng=boxes.PyRandom(seed))
+            facts, qa = make(seed, (lo, hi), args.turns, rng=boxes.PyRandom(seed))
+            if not qa:
+                continue
             e = conversation(vocab, facts, qa)
             exs.append(e)
             n_tok += len(e[0])
-        ids, tgt, kind = batch(exs)
+        ids, tgt, kind_t = batch(exs)
         done += n_tok
         lr = args.lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
@@ -199,31 +251,34 @@ def main():
         if args.schedule == "old":
             w = (tgt.flatten() != -100).float()
         else:
-            w = torch.where(kind.flatten() == 2, 4.0, (kind.flatten() == 1).float())
+            w = torch.where(kind_t.flatten() == 2, 4.0, (kind_t.flatten() == 1).float())
         loss = (nll * w).sum() / w.sum()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         with torch.no_grad():
-            cm = kind == 2
+            cm = kind_t == 2
             acc = (logits.argmax(-1)[cm] == tgt[cm]).float().mean().item()
-        if args.schedule == "new" and hi == ceilings[cur.current]:
+        accs.append(acc)
+        if newest:
             cur.observe(acc, step)
         if step % 50 == 0:
-            rec = f"step {step} {done / 1e3:.0f}k tokens {time.time() - t0:.0f}s facts<={hi} batch {len(exs)} loss {loss.item():.3f} count-token acc {acc:.2f}"
-            if step % 200 == 0:
-                model.eval()
-                rec += " | exact " + " ".join(f"{k}: {exact_match(model, vocab, v[:20]):.2f}" for k, v in evals.items())
-                model.train()
+            rec = (f"step {step} {done / 1e3:.0f}k tokens {time.time() - t0:.0f}s {kind} facts {lo}-{hi} "
+                   f"batch {len(exs)} loss {loss.item():.3f} count-token acc (last 50 steps) "
+                   f"{sum(accs[-50:]) / len(accs[-50:]):.2f}")
+            if step % 500 == 0:
+                rec += " | held-out (exact, count-token acc) " + " ".join(
+                    f"{k}: {v[0]:.2f} {v[1]:.2f}" for k, v in report().items())
             print(rec, flush=True)
         step += 1
-    model.eval()
-    res = {k: exact_match(model, vocab, v) for k, v in evals.items()}
-    if args.schedule == "new":
-        print(f"curriculum rises [step, level, why]: {cur.advances}; ceilings {ceilings}")
-    print(f"final ({args.schedule}, {step} steps, {time.time() - t0:.0f} s): teacher-forced exact match "
-          + ", ".join(f"{k} facts {v:.3f} (n={len(evals[k])})" for k, v in res.items()), flush=True)
+    res = report()
+    if args.schedule != "old":
+        print(f"curriculum rises [step, level, why]: {cur.advances}")
+    print(f"final ({args.schedule}, {step} steps, {done / 1e3:.0f}k tokens, {time.time() - t0:.0f} s): "
+          "held-out teacher-forced exact match / count-token accuracy: "
+          + ", ".join(f"{k} facts {v[0]:.3f} / {v[1]:.3f} (n={len(evals[k])})" for k, v in res.items()),
+          flush=True)
 
 
 if __name__ == "__main__":

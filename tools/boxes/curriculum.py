@@ -1,16 +1,24 @@
-"""The box trainer's length curriculum (tools/train_boxes.py; tools/boxes/cpu_proxy.py tries it on
-the CPU), pure Python.
+"""The box trainer's retrieval-then-length curriculum (tools/train_boxes.py; tools/boxes/cpu_proxy.py
+tries it on the CPU), pure Python.
 
 Why: the lookup circuit (find "Box K holds" in the prompt, copy the count after it) forms from
 the gradient of the count tokens, whose signal is the attention to one fact among n. With
 hundreds of facts at once that signal is ~1/n and the run of issue 19's first training (fact
-counts 4-415 mixed from the start) never formed it: 0/200. With a few facts it forms in a few
-hundred steps, and once formed it carries over to longer lists (the match is by content, not
-distance). So the ceiling on the fact count starts low and rises by `grow` whenever the count
-tokens are read back right (running accuracy >= `advance_at` over the steps at the current
-ceiling), and never lags behind a time floor that rises from `floor_start` to reach the full
-length at `floor_end` of the training time (so a run whose circuit forms late still trains at
-full length, while one that has not formed it keeps the short problems for a while).
+counts 4-415 mixed from the start) never formed it: 0/200. The second run's length curriculum
+(4-9 facts first, combined questions) did not form it either: count-token accuracy 0.12-0.42,
+every rise by time. Two reasons found on the CPU proxy (bench/RESULTS.md, 2026-12-05): the key is
+three digit tokens five tokens before the count, so the match needs layer-0 heads that gather the
+id at fixed offsets before any match can pay off (a slow, gradual climb: ~4,000 small steps for a
+2-3-fact list on the proxy); and a conversation asking about most of a short list lets the last
+questions be answered by elimination (the facts not asked yet), which the count-token accuracy
+rewarded as if it were the lookup (2 facts, 2 questions: 0.77 with no lookup at all). So the
+curriculum now opens with retrieval questions alone ("How many items does box K hold?") on 2, 3,
+4-5 ... facts (RETRIEVAL_LEVELS), conversations never ask more than a third (retrieval) or half
+(combined) of their list, and the combined questions follow, with a retrieval share at every length
+(Schedule). A level's ceiling rises whenever its count tokens are read back right (running
+accuracy >= `advance_at` over the steps at the current level), and never lags behind a time floor
+that rises from `floor_start` to reach the last level at `floor_end` of the training time (so a
+run whose circuit forms late still trains at full length).
 """
 # Running mean of the count-token accuracy: the last ~1 / EMA steps.
 EMA = 0.1
@@ -55,6 +63,48 @@ class Curriculum:
         self.acc = count_acc if self.steps == 1 else (1 - EMA) * self.acc + EMA * count_acc
         if self.steps >= MIN_STEPS and self.acc >= self.advance_at and self.current < self.top:
             self._rise(self.current + 1, step, "accuracy")
+
+
+# The retrieval stage's fact counts [lo, hi] (generate.retrieval_problem: "How many items does box
+# K hold?"), levels before the combined questions' buckets: one fact among two first, where the
+# lookup's gradient is largest. Without them the lookup never formed in issue 19's second H200 run
+# (count-token accuracy 0.12-0.42 on 4-9 facts and combined questions, every rise by time) nor in
+# the CPU proxy (tools/boxes/cpu_proxy.py: chance, ~0.1, after 1,500 steps).
+RETRIEVAL_LEVELS = [(2, 2), (3, 3), (4, 5), (6, 9), (10, 19), (20, 39)]
+
+
+class Schedule:
+    """The data a step draws at a curriculum level (levels 0 .. n_retrieval + n_combined - 1):
+    below n_retrieval, retrieval conversations of retrieval bucket `level` (the newest) `newest`
+    of the time, else of an older retrieval bucket; from n_retrieval on, the combined questions of
+    bucket c = level - n_retrieval (the newest `newest_combined` of the time, else an older one;
+    at the top level every bucket alike), with a retrieval conversation of the same length
+    `mix` of the time, so the lookup keeps its own gradient at every length. Retrieval bucket
+    n_retrieval + c has the fact counts of combined bucket c."""
+
+    def __init__(self, n_retrieval, n_combined, mix=0.25, newest=0.6, newest_combined=0.4):
+        assert n_retrieval >= 0 and n_combined >= 1
+        self.n_r, self.n_c, self.mix = n_retrieval, n_combined, mix
+        self.newest, self.newest_c = newest, newest_combined
+        self.n_levels = n_retrieval + n_combined
+
+    def draw(self, level, rng):
+        """(kind "retrieval" | "combined", bucket index in that kind's pool, whether it is the
+        level's newest bucket: the steps whose count-token accuracy the Curriculum observes)."""
+        if level < self.n_r:
+            if level == 0 or rng.random() < self.newest:
+                return "retrieval", level, True
+            return "retrieval", rng.randrange(level), False
+        c = level - self.n_r
+        if c == self.n_c - 1:
+            b = rng.randrange(self.n_c)  # all open: every length alike
+        elif c == 0 or rng.random() < self.newest_c:
+            b = c
+        else:
+            b = rng.randrange(c)
+        if self.n_r and rng.random() < self.mix:
+            return "retrieval", self.n_r + b, False
+        return "combined", b, b == c
 
 
 def count_token_mask(pieces):

@@ -219,7 +219,9 @@ def training_problem(seed, n_facts_range=TRAIN_N_FACTS, turns=1, rng=None):
     facts = "\n".join([INTRO] + [fact_text(b, c) for b, c in zip(boxes, counts)])
     used, qa = set(), []
     for _ in range(turns):
-        if len(used) + 3 > n:
+        # At most half the list is asked (3 facts at least): a last question about the facts
+        # left over would be answered by elimination, not by the lookup.
+        if len(used) + 3 > max(3, n // 2):
             break
         try:
             kind, picked = draw_question(rng, counts, n, used)
@@ -231,6 +233,30 @@ def training_problem(seed, n_facts_range=TRAIN_N_FACTS, turns=1, rng=None):
         solution, _ = solution_text(kind, qb, qc)
         qa.append((question_text(kind, qb), solution))
     return facts, qa
+
+
+def retrieval_text(box, count):
+    """A training-only question about one fact and its solution (the lookup alone, the first
+    stage of the trainer's curriculum; held-out problems never ask it)."""
+    return f"How many items does box {box} hold?", f"{fact_text(box, count)} The answer is {count}."
+
+
+def retrieval_problem(seed, n_facts_range, turns=1, rng=None):
+    """A training conversation of retrieval questions (retrieval_text) about up to `turns`
+    (and at most a third of the list) distinct facts of one list of n_facts_range facts (2 facts and up: one fact among two is
+    where the lookup's gradient is largest). Returns (facts text, [(question, solution)]) as
+    training_problem."""
+    assert 0 <= seed < TRAIN_SEED_LIMIT, "training seeds exhausted"
+    rng = rng or SplitMix64(seed)
+    n = rng.between(*n_facts_range)
+    boxes, counts = draw_facts(rng, n)
+    facts = "\n".join([INTRO] + [fact_text(b, c) for b, c in zip(boxes, counts)])
+    k = min(turns, max(1, n // 3))  # no question answerable by elimination (training_problem)
+    order = list(range(n))
+    for i in range(k):  # a partial Fisher-Yates shuffle: distinct facts
+        j = i + rng.below(n - i)
+        order[i], order[j] = order[j], order[i]
+    return facts, [retrieval_text(boxes[i], counts[i]) for i in order[:k]]
 
 
 def check_problem(p):
