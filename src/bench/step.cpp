@@ -18,6 +18,7 @@
 #include "engine/cuda_graph_runner.h"
 #include "ops/ceilings.h"
 #include "ops/cuda/graph_hooks.h"
+#include "ops/pdl.h"
 #include "ops/tensor_ops.h"
 #endif
 
@@ -87,6 +88,8 @@ void run_step_benchmark(const StepOptions& o) {
   std::printf(
       "ceilings: device copy %.0f GB/s (read + write, 4 GiB), BF16 GEMM 8192^3 %.0f TFLOP/s\n",
       copy_gbs, bf16_tflops);
+  std::printf("programmatic dependent launch (PDL): %s (OSPREY_PDL=0 turns it off)\n",
+              ops::cuda::pdl_enabled() ? "on" : "off");
 
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);

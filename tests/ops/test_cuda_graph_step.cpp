@@ -26,6 +26,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,7 @@
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "ops/gemm.h"
+#include "ops/pdl.h"
 
 namespace osprey {
 namespace {
@@ -256,6 +258,93 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
   OSPREY_REQUIRE_GPU();
   const auto m = small_model(3, 1, true);  // 1 dense + 2 MoE layers, all with the indexer
   replay_matches_eager(*m, "dsv32-small");
+}
+
+// Programmatic dependent launch (ops/cuda/hopper/pdl.cuh) changes when kernels start, never what
+// they compute: with PDL off and on, the same prompts' prefill logits, the eager decode step's
+// logits, a graph replay's logits (each setting captured in its own graph) and every cache row the
+// steps wrote are the same bytes, at batch sizes with one, several and a full bucket of sequences.
+TEST(CudaGraphStep, PdlChangesNoByte) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(3, 1, true);
+  const ModelConfig& c = m->config();
+  const int64_t V = c.vocab_size;
+  const bool was = ops::cuda::pdl_enabled();
+  struct Run {
+    std::vector<Buffer> prefill_logits;
+    Buffer eager, replay;
+    CacheSnapshot cache;
+    std::vector<int64_t> slots;  // latent slots written (prefill and decode)
+  };
+  auto run = [&](bool pdl, int B) {
+    ops::cuda::set_pdl(pdl);
+    Run r;
+    std::mt19937 g(23);  // the same prompts for both settings
+    std::uniform_int_distribution<int> tok(2, int(V) - 1);
+    PagedKVCache cache = m->make_cache(int64_t(B) * kBlocksPerSeq);
+    std::vector<SeqStep> decode;
+    for (int s = 0; s < B; ++s) {
+      const int len = 17 + (37 * s) % 150;
+      std::vector<int32_t> prompt(static_cast<size_t>(len));
+      for (auto& t : prompt) t = tok(g);
+      std::vector<int32_t> blocks(kBlocksPerSeq);
+      for (int i = 0; i < kBlocksPerSeq; ++i) blocks[size_t(i)] = s * kBlocksPerSeq + i;
+      OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
+      Buffer logits(DType::F32, {1, V});
+      m->forward(ob.batch(), cache, logits);
+      r.prefill_logits.push_back(std::move(logits));
+      for (int pos = 0; pos <= len; ++pos)
+        r.slots.push_back(int64_t(blocks[size_t(pos / kBlockSize)]) * kBlockSize +
+                          pos % kBlockSize);
+      decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
+    }
+    OwnedBatch ob(decode, kBlockSize);
+    r.eager = Buffer(DType::F32, {B, V});
+    m->forward(ob.batch(), cache, r.eager);
+    CudaGraphRunner runner(*m, {1, 2, 4, 8, 16});
+    Storage dl(Device::CUDA, DType::F32, {16, V});
+    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // warm-up + capture
+    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // replay
+    EXPECT_EQ(runner.capture_failures(), 0);
+    EXPECT_EQ(runner.replays(), 1);
+    r.replay = cuda::to_host(dl.view().rows(0, B));
+    r.cache = snapshot(cache, c.has_indexer);
+    return r;
+  };
+  auto same_rows = [](const Buffer& a, const Buffer& b, const std::vector<int64_t>& slots) {
+    const int64_t n = a.view().size(0) * a.view().size(1);
+    const size_t row = a.view().nbytes() / size_t(n);
+    for (int64_t s : slots)
+      if (std::memcmp(static_cast<const char*>(a.view().data) + size_t(s) * row,
+                      static_cast<const char*>(b.view().data) + size_t(s) * row, row) != 0)
+        return false;
+    return true;
+  };
+  for (int B : {1, 9, 16}) {
+    SCOPED_TRACE(strf("B=%d", B));
+    const Run off = run(false, B);
+    const Run on = run(true, B);
+    ASSERT_EQ(off.prefill_logits.size(), on.prefill_logits.size());
+    for (size_t s = 0; s < off.prefill_logits.size(); ++s)
+      EXPECT_TRUE(same_bytes(off.prefill_logits[s], on.prefill_logits[s])) << "prefill " << s;
+    EXPECT_TRUE(same_bytes(off.eager, on.eager)) << "eager decode logits";
+    EXPECT_TRUE(same_bytes(off.replay, on.replay)) << "graph replay logits";
+    // Equal bytes mean something only if the logits are real: finite, and not one value a row.
+    for (int64_t r = 0; r < B; ++r) {
+      const float* x = on.replay.f32() + r * V;
+      const auto [lo, hi] = std::minmax_element(x, x + V);
+      EXPECT_TRUE(std::isfinite(*lo) && std::isfinite(*hi) && *hi > *lo) << "row " << r;
+    }
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      EXPECT_TRUE(same_rows(off.cache.latent[size_t(l)], on.cache.latent[size_t(l)], off.slots))
+          << "latent layer " << l;
+    }
+    std::printf(
+        "PDL B=%d: prefill, eager and replay logits and %zu latent rows a layer equal, PDL "
+        "off vs on\n",
+        B, off.slots.size());
+  }
+  ops::cuda::set_pdl(was);
 }
 
 // The kernel budget of a decode step, per layer kind (dsv32_small: q LoRA, FP8 linears on the

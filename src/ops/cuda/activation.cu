@@ -5,6 +5,7 @@
 //   (silu_mul_quant_kernel below: the quantize kernel of the FP8 linear that reads out, fused).
 #include "ops/activation.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/gemm.h"
 
 namespace osprey::ops::cuda {
@@ -12,6 +13,8 @@ namespace osprey::ops::cuda {
 namespace {
 template <typename T>
 __global__ void silu_mul_kernel(T* out, const T* gate, const T* up, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float g = to_f32(gate[i]);
@@ -29,6 +32,8 @@ template <typename T>
 __global__ void silu_mul_quant_kernel(T* out, uint8_t* __restrict__ q, float* __restrict__ s,
                                       int64_t s_row, int64_t s_group, const T* gate, const T* up,
                                       int64_t n, int64_t I) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int64_t g = int64_t(blockIdx.y) * kQuantGroupsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -74,9 +79,10 @@ void silu_mul_multi(Tensor out, const Fp8Act& q8, Tensor gate, Tensor up) {
   const dim3 grid(unsigned(rows),
                   unsigned((groups + kQuantGroupsPerBlock - 1) / kQuantGroupsPerBlock));
   OSPREY_DISPATCH_FLOAT(out.dtype, T, {
-    silu_mul_quant_kernel<T><<<grid, 32 * kQuantGroupsPerBlock, 0, stream()>>>(
-        static_cast<T*>(out.data), q8.q.ptr<uint8_t>(), q8.s.f32(), by_rows ? groups : 1,
-        by_rows ? 1 : rows, static_cast<const T*>(gate.data), static_cast<const T*>(up.data), n, I);
+    launch_pdl(silu_mul_quant_kernel<T>, grid, 32 * kQuantGroupsPerBlock, 0,
+               static_cast<T*>(out.data), q8.q.ptr<uint8_t>(), q8.s.f32(), by_rows ? groups : 1,
+               by_rows ? 1 : rows, static_cast<const T*>(gate.data), static_cast<const T*>(up.data),
+               n, I);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -91,9 +97,8 @@ void silu_mul(Tensor out, Tensor gate, Tensor up) {
   if (n == 0) return;
   const int blocks = int(std::min<int64_t>((n + 255) / 256, 65536));
   OSPREY_DISPATCH_FLOAT(out.dtype, T, {
-    silu_mul_kernel<T><<<blocks, 256, 0, stream()>>>(static_cast<T*>(out.data),
-                                                     static_cast<const T*>(gate.data),
-                                                     static_cast<const T*>(up.data), n);
+    launch_pdl(silu_mul_kernel<T>, blocks, 256, 0, static_cast<T*>(out.data),
+               static_cast<const T*>(gate.data), static_cast<const T*>(up.data), n);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }

@@ -3,6 +3,7 @@
 //   Precondition: 0 ≤ ids[t] < V (a caller bug otherwise: the kernel traps).
 //   Grid: one block per token, 256 threads striding over D (coalesced row copy).
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/embedding.h"
 
 namespace osprey::ops::cuda {
@@ -11,11 +12,14 @@ namespace {
 template <typename To, typename Ti>
 __global__ void embedding_kernel(To* __restrict__ out, const int32_t* __restrict__ ids,
                                  const Ti* __restrict__ table, int64_t vocab, int64_t d) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   if (id < 0 || id >= vocab) __trap();
   const Ti* row = table + int64_t(id) * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[t * d + i] = from_f32<To>(to_f32(row[i]));
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    out[t * d + i] = from_f32<To>(to_f32(row[i]));
 }
 }  // namespace
 
@@ -26,9 +30,10 @@ void embedding(Tensor out, Tensor ids, Tensor table) {
   OSPREY_CHECK(out.numel() == n * d && ids.dtype == DType::I32, "embedding shapes");
   if (n == 0) return;
   OSPREY_DISPATCH_FLOAT(out.dtype, To, OSPREY_DISPATCH_FLOAT(table.dtype, Ti, {
-    embedding_kernel<To, Ti><<<unsigned(n), 256, 0, stream()>>>(
-        static_cast<To*>(out.data), ids.ptr<int32_t>(), static_cast<const Ti*>(table.data), v, d);
-  }));
+                          launch_pdl(embedding_kernel<To, Ti>, unsigned(n), 256, 0,
+                                     static_cast<To*>(out.data), ids.ptr<int32_t>(),
+                                     static_cast<const Ti*>(table.data), v, d);
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

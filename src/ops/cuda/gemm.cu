@@ -27,6 +27,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/gemm.h"
 
 namespace osprey::ops::cuda {
@@ -45,6 +46,8 @@ constexpr int64_t kTokenAlign = 16;  // token-count multiple the block-scaled FP
 template <typename T>
 __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __restrict__ scales,
                                     const T* __restrict__ x, int64_t n, int64_t n_pad, int64_t in) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int64_t g = int64_t(blockIdx.y) * kGroupsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -71,6 +74,8 @@ __global__ void quantize_act_kernel(__nv_fp8_e4m3* __restrict__ q, float* __rest
 
 __global__ void dequant_kernel(bf16* __restrict__ out, const __nv_fp8_e4m3* __restrict__ w,
                                const float* __restrict__ scale_inv, int64_t rows, int64_t cols) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t cb = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -89,6 +94,8 @@ constexpr int kDequantThreads = 256, kDequantChunk = 16;
 __global__ void __launch_bounds__(kDequantThreads)
     dequant_vec_kernel(bf16* __restrict__ out, const uint8_t* __restrict__ w,
                        const float* __restrict__ scale_inv, int64_t cols) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.y;
   const int64_t c = (int64_t(blockIdx.x) * kDequantThreads + threadIdx.x) * kDequantChunk;
   if (c >= cols) return;
@@ -117,11 +124,11 @@ void launch_dequant(bf16* out, const void* w, const float* scale_inv, int64_t ro
       reinterpret_cast<uintptr_t>(out) % 16 == 0 && rows <= 65535) {
     const int64_t chunks = cols / kDequantChunk;
     const dim3 grid(unsigned((chunks + kDequantThreads - 1) / kDequantThreads), unsigned(rows));
-    dequant_vec_kernel<<<grid, kDequantThreads, 0, stream()>>>(out, static_cast<const uint8_t*>(w),
-                                                               scale_inv, cols);
+    launch_pdl(dequant_vec_kernel, grid, kDequantThreads, 0, out, static_cast<const uint8_t*>(w),
+               scale_inv, cols);
   } else {
-    dequant_kernel<<<int(std::min<int64_t>((rows * cols + 255) / 256, 65536)), 256, 0, stream()>>>(
-        out, static_cast<const __nv_fp8_e4m3*>(w), scale_inv, rows, cols);
+    launch_pdl(dequant_kernel, int(std::min<int64_t>((rows * cols + 255) / 256, 65536)), 256, 0,
+               out, static_cast<const __nv_fp8_e4m3*>(w), scale_inv, rows, cols);
   }
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -203,8 +210,8 @@ bool fp8_block_scaled(Tensor y, Tensor x, const Fp8Act* xq, const LinearWeight& 
     OSPREY_DISPATCH_FLOAT(x.dtype, T, {
       const dim3 grid(unsigned(n_pad),
                       unsigned((n_groups + kGroupsPerBlock - 1) / kGroupsPerBlock));
-      quantize_act_kernel<T><<<grid, 32 * kGroupsPerBlock, 0, stream()>>>(
-          qw, sw, static_cast<const T*>(x.data), n, n_pad, in);
+      launch_pdl(quantize_act_kernel<T>, grid, 32 * kGroupsPerBlock, 0, qw, sw,
+                 static_cast<const T*>(x.data), n, n_pad, in);
     });
     OSPREY_CUDA_LAUNCH_CHECK();
     q = qw;

@@ -25,6 +25,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/indexer/logits_sm90.cuh"
 #include "ops/indexer.h"
 
@@ -60,6 +61,8 @@ template <typename Tq>
 __global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __restrict__ w_out,
                                           const Tq* __restrict__ q, const float* __restrict__ w,
                                           int64_t rows, int id) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
@@ -75,6 +78,8 @@ __global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __res
 template <typename Tc, typename Tk>
 __global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __restrict__ slots,
                                    int d) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   for (int c = threadIdx.x; c < d; c += blockDim.x)
@@ -105,6 +110,8 @@ struct Fp8Keys {
 template <typename Tk>
 __global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __restrict__ k,
                                        const int64_t* __restrict__ slots, int d, int bs) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   // A padding row (CUDA graph bucket) writes nothing: the whole block leaves before any barrier.
@@ -132,6 +139,8 @@ __global__ void __launch_bounds__(kScoreThreads)
                          const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
                          const int32_t* __restrict__ block_table, int64_t max_blocks,
                          int block_size, int n_seqs, float scale) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float smem[];
   float* qs = smem;                           // [kIH][kID]
   float* ks = smem + kIH * kID;               // [kScoreTile][kID + 1]
@@ -183,6 +192,8 @@ __global__ void indexer_score_generic_kernel(
     const float* __restrict__ weights, KC keys, const int32_t* __restrict__ qsl,
     const int32_t* __restrict__ positions, const int32_t* __restrict__ block_table,
     int64_t max_blocks, int block_size, int n_seqs, int IH, int ID, float scale) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x;
   const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int64_t p = positions[t];
@@ -208,6 +219,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 __global__ void __launch_bounds__(kTopkThreads)
     indexer_topk_kernel(int32_t* __restrict__ out, int k, const float* __restrict__ scores,
                         int64_t ld, const int32_t* __restrict__ positions) {
+  pdl_wait();
+  pdl_trigger();
   using Scan = cub::BlockScan<uint32_t, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ uint32_t hist[256];
@@ -297,9 +310,9 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
                  "FP8 indexer cache width ", index_cache.size(-1));
     if (m.n_tokens == 0) return;
     OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
-      index_write_fp8_kernel<Tk><<<m.n_tokens, 128, 0, stream()>>>(
-          index_cache.ptr<uint8_t>(), static_cast<const Tk*>(k.data), m.slot_mapping.ptr<int64_t>(),
-          int(d), m.block_size);
+      launch_pdl(index_write_fp8_kernel<Tk>, m.n_tokens, 128, 0, index_cache.ptr<uint8_t>(),
+                 static_cast<const Tk*>(k.data), m.slot_mapping.ptr<int64_t>(), int(d),
+                 m.block_size);
     });
     OSPREY_CUDA_LAUNCH_CHECK();
     return;
@@ -307,9 +320,10 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m) {
   OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width");
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(k.dtype, Tk, {
-                          index_write_kernel<Tc, Tk><<<m.n_tokens, 128, 0, stream()>>>(
-                              static_cast<Tc*>(index_cache.data), static_cast<const Tk*>(k.data),
-                              m.slot_mapping.ptr<int64_t>(), int(d));
+                          launch_pdl(index_write_kernel<Tc, Tk>, m.n_tokens, 128, 0,
+                                     static_cast<Tc*>(index_cache.data),
+                                     static_cast<const Tk*>(k.data), m.slot_mapping.ptr<int64_t>(),
+                                     int(d));
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -339,10 +353,9 @@ void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights)
   if (rows == 0) return;
   constexpr int kRowsPerBlock = 4;  // 128 threads: a warp per row
   OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
-    indexer_quantize_q_kernel<Tq>
-        <<<unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, stream()>>>(
-            q8.ptr<uint8_t>(), weights_out.f32(), static_cast<const Tq*>(q.data), weights.f32(),
-            rows, int(ID));
+    launch_pdl(indexer_quantize_q_kernel<Tq>, unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+               32 * kRowsPerBlock, 0, q8.ptr<uint8_t>(), weights_out.f32(),
+               static_cast<const Tq*>(q.data), weights.f32(), rows, int(ID));
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -371,11 +384,11 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
     if (!fast) {
       const dim3 g(unsigned(m.n_tokens), unsigned((max_len + 127) / 128));
       OSPREY_DISPATCH_Q(q.dtype, Tq, {
-        indexer_score_generic_kernel<Tq, KC><<<g, 128, 0, stream()>>>(
-            scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
-            m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
-            m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs,
-            int(q.size(1)), int(q.size(2)), scale);
+        launch_pdl(indexer_score_generic_kernel<Tq, KC>, g, 128, 0, scores, max_len,
+                   static_cast<const Tq*>(q.data), weights.f32(), keys,
+                   m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+                   m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs,
+                   int(q.size(1)), int(q.size(2)), scale);
       });
       return;
     }
@@ -388,10 +401,11 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
             indexer_score_kernel<Tq, KC>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         configured = true;
       }
-      indexer_score_kernel<Tq, KC><<<grid, kScoreThreads, smem, stream()>>>(
-          scores, max_len, static_cast<const Tq*>(q.data), weights.f32(), keys,
-          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
-          m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs, scale);
+      launch_pdl(indexer_score_kernel<Tq, KC>, grid, kScoreThreads, smem, scores, max_len,
+                 static_cast<const Tq*>(q.data), weights.f32(), keys,
+                 m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(),
+                 m.block_table.ptr<int32_t>(), m.block_table.size(1), m.block_size, m.n_seqs,
+                 scale);
     });
   };
   if (indexer_logits_sm90_supported(q, weights, index_cache, m))
@@ -403,8 +417,8 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
         index_cache.dtype, Tc,
         score(PlainKeys<Tc>{static_cast<const Tc*>(index_cache.data), int(q.size(2))}));
   OSPREY_CUDA_LAUNCH_CHECK();
-  indexer_topk_kernel<<<unsigned(m.n_tokens), kTopkThreads, 0, stream()>>>(
-      topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
+  launch_pdl(indexer_topk_kernel, unsigned(m.n_tokens), kTopkThreads, 0,
+             topk_indices.ptr<int32_t>(), int(topk), scores, max_len, m.positions.ptr<int32_t>());
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

@@ -36,6 +36,7 @@
 #include <cfloat>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/mla/decode_sm90.cuh"
 #include "ops/mla.h"
 
@@ -64,6 +65,8 @@ const void* as_dtype(Tensor x, DType want, ScratchSlot slot) {
 template <typename To, typename Ti>
 __global__ void copy_rope_kernel(To* q_abs, const Ti* q, int64_t rows, int qk, int nope, int width,
                                  int kv_lora) {
+  pdl_wait();
+  pdl_trigger();
   const int rope = qk - nope;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * rope;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -80,6 +83,8 @@ template <typename To>
 __global__ void split_q_kernel(bf16* __restrict__ q_nope, To* __restrict__ q_abs,
                                const float* __restrict__ q, int64_t rows, int qk, int nope,
                                int width, int kv_lora) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * qk;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / qk;
@@ -185,6 +190,8 @@ __global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __
                                        const Ti* __restrict__ k_pe,
                                        const int64_t* __restrict__ slots, int kv_lora, int rope,
                                        int64_t token_bytes) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   const Ti* x = latent + t * kv_lora;
@@ -197,6 +204,8 @@ __global__ void cache_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __
 template <typename Tc, typename Ti>
 __global__ void cache_write_kernel(Tc* cache, const Ti* latent, const Ti* k_pe,
                                    const int64_t* __restrict__ slots, int kv_lora, int rope) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   store_slot(
@@ -248,6 +257,8 @@ __global__ void kv_write_kernel(Tc* __restrict__ cache, const Ti* __restrict__ k
                                 const W* __restrict__ w, const int64_t* __restrict__ slots,
                                 const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
                                 int kv_lora, int rope, float eps, float factor, bool interleaved) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float row[];  // [kv_lora + rope]
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
@@ -265,6 +276,8 @@ __global__ void kv_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __res
                                     const float* __restrict__ inv_freq, int kv_lora, int rope,
                                     float eps, float factor, bool interleaved,
                                     int64_t token_bytes) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float row[];  // [kv_lora + rope]
   const int64_t t = blockIdx.x;
   if (slots[t] < 0) return;
@@ -276,6 +289,8 @@ __global__ void kv_write_fp8_kernel(uint8_t* __restrict__ cache, const Ti* __res
 }
 
 __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_seqs) {
+  pdl_wait();
+  pdl_trigger();
   int64_t acc = 0;
   for (int s = 0; s < n_seqs; ++s) {
     starts[s] = acc;
@@ -287,7 +302,7 @@ __global__ void cumsum_kernel(int64_t* starts, const int32_t* seq_lens, int n_se
 int64_t* kv_starts(const AttentionMeta& m) {
   auto* starts =
       static_cast<int64_t*>(scratch(kScratchGather, size_t(m.n_seqs + 1) * sizeof(int64_t)));
-  cumsum_kernel<<<1, 1, 0, stream()>>>(starts, m.seq_lens.ptr<int32_t>(), m.n_seqs);
+  launch_pdl(cumsum_kernel, 1, 1, 0, starts, m.seq_lens.ptr<int32_t>(), m.n_seqs);
   OSPREY_CUDA_LAUNCH_CHECK();
   return starts;
 }
@@ -310,6 +325,8 @@ template <typename To, typename R>
 __global__ void cache_gather_kernel(To* out, R rows, const int64_t* starts, int n_seqs,
                                     const int32_t* block_table, int64_t max_blocks, int block_size,
                                     int width) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int s = seq_of_row(starts, n_seqs, row);
   const int64_t src = cache_row(block_table, max_blocks, block_size, s, row - starts[s]);
@@ -325,6 +342,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
                       const int32_t* __restrict__ block_table, int64_t max_blocks, int block_size,
                       int n_seqs, const int32_t* __restrict__ topk, int64_t topk_k, int64_t H,
                       int64_t chunk, float scale) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float tile[];  // [kTile][kWidth]
   __shared__ int64_t rows[kTile];
   const int t = blockIdx.x, split = blockIdx.z, n_splits = gridDim.z;
@@ -384,6 +403,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
 template <typename To>
 __global__ void mla_combine_kernel(To* __restrict__ out, const float* __restrict__ part_o,
                                    const float2* __restrict__ part_ml, int n_splits) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t th = blockIdx.x;  // token · H + head
   const float2* ml = part_ml + th * n_splits;
   float M = -INFINITY;
@@ -410,6 +431,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
                        const int32_t* __restrict__ qsl, const int32_t* __restrict__ positions,
                        int n_seqs, const int32_t* __restrict__ topk, int64_t topk_k, int64_t H,
                        float scale) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t h = int64_t(blockIdx.y) * kHeadsPerBlock + warp;
@@ -471,6 +494,8 @@ __global__ void __launch_bounds__(kGenericThreads)
                        int n_seqs, const int32_t* __restrict__ block_table, int64_t max_blocks,
                        int block_size, const int64_t* __restrict__ starts,
                        const int32_t* __restrict__ topk, int64_t topk_k, int64_t H, float scale) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int t = blockIdx.x;
   const int64_t h = blockIdx.y;
@@ -523,12 +548,12 @@ void launch_generic(Tensor out, Tensor q, RK k, RV v, int64_t vd, const Attentio
   auto* scores =
       static_cast<float*>(scratch(kScratchAttnPartO, size_t(m.n_tokens * H * ld) * sizeof(float)));
   const int64_t* starts = paged ? nullptr : kv_starts(m);
-  mla_generic_kernel<Tq, RK, RV, To>
-      <<<dim3(unsigned(m.n_tokens), unsigned(H)), kGenericThreads, 0, stream()>>>(
-          static_cast<To*>(out.data), scores, ld, static_cast<const Tq*>(q.data), k, v, qk, vd,
-          m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
-          paged ? m.block_table.ptr<int32_t>() : nullptr, m.block_table.size(1), m.block_size,
-          starts, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
+  launch_pdl(mla_generic_kernel<Tq, RK, RV, To>, dim3(unsigned(m.n_tokens), unsigned(H)),
+             kGenericThreads, 0, static_cast<To*>(out.data), scores, ld,
+             static_cast<const Tq*>(q.data), k, v, qk, vd, m.query_start_loc.ptr<int32_t>(),
+             m.positions.ptr<int32_t>(), m.n_seqs, paged ? m.block_table.ptr<int32_t>() : nullptr,
+             m.block_table.size(1), m.block_size, starts,
+             sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, scale);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -554,10 +579,9 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
     auto* q_nope = static_cast<bf16*>(
         scratch(kScratchGemmX, size_t(n * H * nope) * sizeof(bf16)));  // [n, H, nope]
     OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, {
-      split_q_kernel<To>
-          <<<int(std::min<int64_t>((n * H * qk + 255) / 256, 65536)), 256, 0, stream()>>>(
-              q_nope, static_cast<To*>(q_abs.data), q.f32(), n * H, int(qk), nope, int(width),
-              int(kv_lora));
+      launch_pdl(split_q_kernel<To>, int(std::min<int64_t>((n * H * qk + 255) / 256, 65536)), 256,
+                 0, q_nope, static_cast<To*>(q_abs.data), q.f32(), n * H, int(qk), nope, int(width),
+                 int(kv_lora));
     });
     OSPREY_CUDA_LAUNCH_CHECK();
     LtOperand b{q_nope, CUDA_R_16BF, false, H * nope, nope};
@@ -570,13 +594,13 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
   OSPREY_CHECK(
       lt_matmul(kv_lora, n, nope, a, b, q_abs.data, lt_type(q_abs.dtype), H * width, width, int(H)),
       "cuBLASLt refused the batched absorb GEMM");
-  OSPREY_DISPATCH_FLOAT(
-      q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
-        copy_rope_kernel<To, Ti>
-            <<<int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256, 0, stream()>>>(
-                static_cast<To*>(q_abs.data), static_cast<const Ti*>(q.data), n * H, int(qk), nope,
-                int(width), int(kv_lora));
-      }));
+  OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, OSPREY_DISPATCH_FLOAT(q.dtype, Ti, {
+                          launch_pdl(copy_rope_kernel<To, Ti>,
+                                     int(std::min<int64_t>((n * H * rope + 255) / 256, 65536)), 256,
+                                     0, static_cast<To*>(q_abs.data),
+                                     static_cast<const Ti*>(q.data), n * H, int(qk), nope,
+                                     int(width), int(kv_lora));
+                        }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -609,10 +633,10 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
                  "FP8 latent cache row of ", width, " bytes for ", kv_lora, " + ", rope);
     if (m.n_tokens == 0) return;
     OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
-      cache_write_fp8_kernel<Ti><<<m.n_tokens, 128, 0, stream()>>>(
-          static_cast<uint8_t*>(latent_cache.data), static_cast<const Ti*>(latent.data),
-          static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope),
-          width);
+      launch_pdl(cache_write_fp8_kernel<Ti>, m.n_tokens, 128, 0,
+                 static_cast<uint8_t*>(latent_cache.data), static_cast<const Ti*>(latent.data),
+                 static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(), int(kv_lora),
+                 int(rope), width);
     });
     OSPREY_CUDA_LAUNCH_CHECK();
     return;
@@ -620,11 +644,11 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
   OSPREY_CHECK(width == kv_lora + rope && latent.dtype == k_pe.dtype, "latent cache width ", width);
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(latent_cache.dtype, Tc, OSPREY_DISPATCH_FLOAT(latent.dtype, Ti, {
-                          cache_write_kernel<Tc, Ti><<<m.n_tokens, 128, 0, stream()>>>(
-                              static_cast<Tc*>(latent_cache.data),
-                              static_cast<const Ti*>(latent.data),
-                              static_cast<const Ti*>(k_pe.data), m.slot_mapping.ptr<int64_t>(),
-                              int(kv_lora), int(rope));
+                          launch_pdl(cache_write_kernel<Tc, Ti>, m.n_tokens, 128, 0,
+                                     static_cast<Tc*>(latent_cache.data),
+                                     static_cast<const Ti*>(latent.data),
+                                     static_cast<const Ti*>(k_pe.data),
+                                     m.slot_mapping.ptr<int64_t>(), int(kv_lora), int(rope));
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -649,14 +673,14 @@ void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tens
         mla_fp8_supported(kv_lora, rope) && token_bytes == mla_fp8_token_bytes(kv_lora, rope),
         "FP8 latent cache row of ", token_bytes, " bytes for ", kv_lora, " + ", rope);
     if (m.n_tokens == 0) return;
-    OSPREY_DISPATCH_FLOAT(kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
-                            kv_write_fp8_kernel<Ti, W><<<m.n_tokens, 128, smem, stream()>>>(
-                                static_cast<uint8_t*>(latent_cache.data),
-                                static_cast<const Ti*>(kv.data), static_cast<const W*>(norm_w.data),
-                                m.slot_mapping.ptr<int64_t>(), m.positions.ptr<int32_t>(),
-                                inv_freq.f32(), int(kv_lora), int(rope), eps, attention_factor,
-                                interleaved, token_bytes);
-                          }));
+    OSPREY_DISPATCH_FLOAT(
+        kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
+          launch_pdl(kv_write_fp8_kernel<Ti, W>, m.n_tokens, 128, smem,
+                     static_cast<uint8_t*>(latent_cache.data), static_cast<const Ti*>(kv.data),
+                     static_cast<const W*>(norm_w.data), m.slot_mapping.ptr<int64_t>(),
+                     m.positions.ptr<int32_t>(), inv_freq.f32(), int(kv_lora), int(rope), eps,
+                     attention_factor, interleaved, token_bytes);
+        }));
     OSPREY_CUDA_LAUNCH_CHECK();
     return;
   }
@@ -665,14 +689,14 @@ void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tens
   if (m.n_tokens == 0) return;
   OSPREY_DISPATCH_FLOAT(
       latent_cache.dtype, Tc,
-      OSPREY_DISPATCH_FLOAT(kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
-                              kv_write_kernel<Tc, Ti, W><<<m.n_tokens, 128, smem, stream()>>>(
-                                  static_cast<Tc*>(latent_cache.data),
-                                  static_cast<const Ti*>(kv.data),
-                                  static_cast<const W*>(norm_w.data), m.slot_mapping.ptr<int64_t>(),
-                                  m.positions.ptr<int32_t>(), inv_freq.f32(), int(kv_lora),
-                                  int(rope), eps, attention_factor, interleaved);
-                            })));
+      OSPREY_DISPATCH_FLOAT(
+          kv.dtype, Ti, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
+            launch_pdl(kv_write_kernel<Tc, Ti, W>, m.n_tokens, 128, smem,
+                       static_cast<Tc*>(latent_cache.data), static_cast<const Ti*>(kv.data),
+                       static_cast<const W*>(norm_w.data), m.slot_mapping.ptr<int64_t>(),
+                       m.positions.ptr<int32_t>(), inv_freq.f32(), int(kv_lora), int(rope), eps,
+                       attention_factor, interleaved);
+          })));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -693,9 +717,9 @@ void mla_cache_gather(Tensor out, Tensor latent_cache, const AttentionMeta& m) {
   const int64_t* starts = kv_starts(m);
   with_latent_rows(latent_cache, kv_lora, [&](auto reader) {
     OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-      cache_gather_kernel<To, decltype(reader)><<<unsigned(rows), 128, 0, stream()>>>(
-          static_cast<To*>(out.data), reader, starts, m.n_seqs, m.block_table.ptr<int32_t>(),
-          m.block_table.size(1), m.block_size, int(width));
+      launch_pdl(cache_gather_kernel<To, decltype(reader)>, unsigned(rows), 128, 0,
+                 static_cast<To*>(out.data), reader, starts, m.n_seqs, m.block_table.ptr<int32_t>(),
+                 m.block_table.size(1), m.block_size, int(width));
     });
   });
   OSPREY_CUDA_LAUNCH_CHECK();
@@ -758,17 +782,17 @@ void mla_attention_absorbed(Tensor out, Tensor q, Tensor latent_cache, const Att
   const size_t smem = size_t(kTile) * kWidth * sizeof(float);
   with_latent_rows(latent_cache, kv_lora, [&](auto reader) {
     OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
-      mla_decode_kernel<Tq, decltype(reader)><<<grid, kHeadsPerBlock * 32, smem, stream()>>>(
-          part_o, part_ml, static_cast<const Tq*>(q.data), reader, m.query_start_loc.ptr<int32_t>(),
-          m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
-          m.block_size, m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H, chunk,
-          scale);
+      launch_pdl(mla_decode_kernel<Tq, decltype(reader)>, grid, kHeadsPerBlock * 32, smem, part_o,
+                 part_ml, static_cast<const Tq*>(q.data), reader, m.query_start_loc.ptr<int32_t>(),
+                 m.positions.ptr<int32_t>(), m.block_table.ptr<int32_t>(), m.block_table.size(1),
+                 m.block_size, m.n_seqs, sparse ? topk_indices.ptr<int32_t>() : nullptr, topk_k, H,
+                 chunk, scale);
     });
   });
   OSPREY_CUDA_LAUNCH_CHECK();
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-    mla_combine_kernel<To><<<unsigned(m.n_tokens * H), 128, 0, stream()>>>(
-        static_cast<To*>(out.data), part_o, part_ml, int(n_splits));
+    launch_pdl(mla_combine_kernel<To>, unsigned(m.n_tokens * H), 128, 0, static_cast<To*>(out.data),
+               part_o, part_ml, int(n_splits));
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -809,12 +833,12 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
       q.dtype, Tq,
       OSPREY_DISPATCH_FLOAT(
           k.dtype, Tk, OSPREY_DISPATCH_FLOAT(out.dtype, To, {
-            mla_prefill_kernel<Tq, Tk, To><<<grid, kHeadsPerBlock * 32, 0, stream()>>>(
-                static_cast<To*>(out.data), static_cast<const Tq*>(q.data),
-                static_cast<const Tk*>(k.data), static_cast<const Tk*>(v.data), starts,
-                m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
-                sparse ? topk_indices.ptr<int32_t>() : nullptr, sparse ? topk_indices.size(1) : 0,
-                H, scale);
+            launch_pdl(mla_prefill_kernel<Tq, Tk, To>, grid, kHeadsPerBlock * 32, 0,
+                       static_cast<To*>(out.data), static_cast<const Tq*>(q.data),
+                       static_cast<const Tk*>(k.data), static_cast<const Tk*>(v.data), starts,
+                       m.query_start_loc.ptr<int32_t>(), m.positions.ptr<int32_t>(), m.n_seqs,
+                       sparse ? topk_indices.ptr<int32_t>() : nullptr,
+                       sparse ? topk_indices.size(1) : 0, H, scale);
           })));
   OSPREY_CUDA_LAUNCH_CHECK();
 }

@@ -39,6 +39,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/tma_map.h"
 #include "ops/cuda/moe_experts.cuh"
 #include "ops/gemm.h"
@@ -80,6 +81,8 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
                                  const Tl* __restrict__ logits, const Tb* __restrict__ bias, int E,
                                  int K, int G, int topk_group, bool softmax, int method,
                                  bool norm_topk_prob, float routed_scaling_factor) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float sh[];
   float* s = sh;           // [E] scores
   float* choice = sh + E;  // [E] selection values
@@ -169,6 +172,8 @@ template <typename To>
 __global__ void moe_combine_kernel(To* __restrict__ out, const float* __restrict__ y,
                                    const int32_t* __restrict__ inv, const float* __restrict__ w,
                                    int K, int64_t D) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
@@ -191,6 +196,8 @@ __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_vec_kernel(To* __restrict__ out, const float* __restrict__ y,
                            const int32_t* __restrict__ inv, const float* __restrict__ w, int K,
                            int64_t D) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t c = 4 * (int64_t(blockIdx.y) * kCombineThreads + threadIdx.x);  // first column
   if (c >= D) return;
@@ -227,11 +234,11 @@ void launch_moe_combine(Tensor out, const float* y, const int32_t* inv, const fl
   const unsigned col_blocks = unsigned((D / 4 + kCombineThreads - 1) / kCombineThreads);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     if (vec)
-      moe_combine_vec_kernel<To><<<dim3(unsigned(n), col_blocks), kCombineThreads, 0, stream()>>>(
-          static_cast<To*>(out.data), y, inv, w, int(K), D);
+      launch_pdl(moe_combine_vec_kernel<To>, dim3(unsigned(n), col_blocks), kCombineThreads, 0,
+                 static_cast<To*>(out.data), y, inv, w, int(K), D);
     else
-      moe_combine_kernel<To>
-          <<<unsigned(n), 256, 0, stream()>>>(static_cast<To*>(out.data), y, inv, w, int(K), D);
+      launch_pdl(moe_combine_kernel<To>, unsigned(n), 256, 0, static_cast<To*>(out.data), y, inv, w,
+                 int(K), D);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -425,14 +432,14 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
   const int threads = (E + 31) / 32 * 32;
   const size_t smem = size_t(2 * E) * sizeof(float);
   const DType bias_type = use_bias ? correction_bias.dtype : DType::F32;
-  OSPREY_DISPATCH_FLOAT(router_logits.dtype, Tl, OSPREY_DISPATCH_FLOAT(bias_type, Tb, {
-                          moe_route_kernel<Tl, Tb><<<unsigned(n), threads, smem, stream()>>>(
-                              topk_ids.ptr<int32_t>(), topk_weights.f32(),
-                              static_cast<const Tl*>(router_logits.data),
-                              use_bias ? static_cast<const Tb*>(correction_bias.data) : nullptr, E,
-                              K, G, p.topk_group, p.scoring == ScoringFunc::Softmax, int(p.method),
-                              p.norm_topk_prob, p.routed_scaling_factor);
-                        }));
+  OSPREY_DISPATCH_FLOAT(
+      router_logits.dtype, Tl, OSPREY_DISPATCH_FLOAT(bias_type, Tb, {
+        launch_pdl(moe_route_kernel<Tl, Tb>, unsigned(n), threads, smem, topk_ids.ptr<int32_t>(),
+                   topk_weights.f32(), static_cast<const Tl*>(router_logits.data),
+                   use_bias ? static_cast<const Tb*>(correction_bias.data) : nullptr, E, K, G,
+                   p.topk_group, p.scoring == ScoringFunc::Softmax, int(p.method), p.norm_topk_prob,
+                   p.routed_scaling_factor);
+      }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

@@ -39,6 +39,7 @@
 #include <cstring>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/moe_experts.cuh"
 #include "ops/gemm.h"
 
@@ -187,6 +188,8 @@ struct GemmArgs {
 
 template <typename TA, bool kFp8, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const GemmArgs p) {
+  pdl_wait();
+  pdl_trigger();
   constexpr int kW = kGateUp ? 2 : 1;  // weights per block: gate and up, or down
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const MoeTile tile = p.tiles[blockIdx.x];
@@ -322,7 +325,7 @@ void launch(const GemmArgs& args, int max_tiles) {
   }();
   (void)opted_in;
   const dim3 grid(unsigned(max_tiles), unsigned((args.n + kBN - 1) / kBN));
-  moe_gemm_kernel<TA, kFp8, kGateUp><<<grid, kThreads, smem, stream()>>>(args);
+  launch_pdl(moe_gemm_kernel<TA, kFp8, kGateUp>, grid, kThreads, smem, args);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/moe_experts.cuh"
 
 namespace osprey::ops::cuda {
@@ -58,6 +59,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
                        int32_t* __restrict__ offsets, MoeTile* __restrict__ tiles,
                        const int32_t* __restrict__ ids, int rows, int E, int max_tiles,
                        int tile_rows) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ int32_t count[kMaxPermuteExperts];           // [E]
   __shared__ int32_t start[kMaxPermuteExperts + 1];       // [E + 1] offsets
   __shared__ int32_t tile_start[kMaxPermuteExperts + 1];  // [E + 1]
@@ -127,8 +130,8 @@ void launch_moe_permute(int32_t* perm, int32_t* inv, int32_t* offsets, MoeTile* 
                    max_tiles == moe_max_tiles(rows, n_experts, tile_rows),
                "moe_permute: ", rows, " rows, ", n_experts, " experts (at most ",
                kMaxPermuteExperts, "), ", max_tiles, " tiles");
-  moe_permute_kernel<<<1, kPermuteThreads, 0, stream()>>>(perm, inv, offsets, tiles, ids, rows,
-                                                          n_experts, max_tiles, tile_rows);
+  launch_pdl(moe_permute_kernel, 1, kPermuteThreads, 0, perm, inv, offsets, tiles, ids, rows,
+             n_experts, max_tiles, tile_rows);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

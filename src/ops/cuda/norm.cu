@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/gemm.h"
 #include "ops/norm.h"
 
@@ -48,6 +49,8 @@ __device__ __forceinline__ float rms_first_pass(const T*& src, T* rr, const T* x
 template <typename T, typename W>
 __global__ void rms_norm_kernel(T* out, T* residual, const T* x, const W* __restrict__ w, int64_t d,
                                 float eps) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const T* src = nullptr;
@@ -72,6 +75,8 @@ __global__ void rms_norm_multi_kernel(T* out, bf16* __restrict__ ob, uint8_t* __
                                       float* __restrict__ s, int64_t s_row, int64_t s_group,
                                       T* residual, const T* x, const W* __restrict__ w, int64_t n,
                                       int64_t d, float eps) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -138,6 +143,8 @@ __global__ void __launch_bounds__(kVecThreads)
     rms_norm_vec_kernel(T* out, bf16* __restrict__ ob, uint8_t* __restrict__ q,
                         float* __restrict__ s, int64_t s_row, int64_t s_group, T* residual,
                         const T* x, const W* __restrict__ w, int64_t n, int64_t d, float eps) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31;
@@ -212,6 +219,8 @@ __global__ void __launch_bounds__(kVecThreads)
 template <typename T, typename W>
 __global__ void layer_norm_kernel(T* out, const T* x, const W* __restrict__ w,
                                   const W* __restrict__ b, int64_t d, float eps) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * d;
@@ -276,10 +285,10 @@ bool launch_rms_vec(Tensor out, bf16* ob, uint8_t* q, float* s, int64_t s_row, i
                                        : k == 2 ? rms_norm_vec_kernel<T, W, 2>
                                        : k == 4 ? rms_norm_vec_kernel<T, W, 4>
                                                 : rms_norm_vec_kernel<T, W, 8>;
-                          kern<<<unsigned(rows), kVecThreads, 0, stream()>>>(
-                              static_cast<T*>(out.data), ob, q, s, s_row, s_group,
-                              static_cast<T*>(residual.data), static_cast<const T*>(x.data),
-                              static_cast<const W*>(w.data), n, d, eps);
+                          launch_pdl(kern, unsigned(rows), kVecThreads, 0,
+                                     static_cast<T*>(out.data), ob, q, s, s_row, s_group,
+                                     static_cast<T*>(residual.data), static_cast<const T*>(x.data),
+                                     static_cast<const W*>(w.data), n, d, eps);
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
   return true;
@@ -291,9 +300,10 @@ void launch_rms(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   if (n == 0) return;
   if (launch_rms_vec(out, nullptr, nullptr, nullptr, 0, 0, residual, x, w, n, n, eps)) return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
-                          rms_norm_kernel<T, W><<<unsigned(n), kThreads, 0, stream()>>>(
-                              static_cast<T*>(out.data), static_cast<T*>(residual.data),
-                              static_cast<const T*>(x.data), static_cast<const W*>(w.data), d, eps);
+                          launch_pdl(rms_norm_kernel<T, W>, unsigned(n), kThreads, 0,
+                                     static_cast<T*>(out.data), static_cast<T*>(residual.data),
+                                     static_cast<const T*>(x.data), static_cast<const W*>(w.data),
+                                     d, eps);
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -322,7 +332,8 @@ void launch_rms_multi(const NormOutputs& no, Tensor residual, Tensor x, Tensor w
                      rows, eps))
     return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
-                          rms_norm_multi_kernel<T, W><<<unsigned(rows), kThreads, 0, stream()>>>(
+                          launch_pdl(
+                              rms_norm_multi_kernel<T, W>, unsigned(rows), kThreads, 0,
                               static_cast<T*>(out.data), static_cast<bf16*>(no.bf16.data),
                               static_cast<uint8_t*>(no.fp8.empty() ? nullptr : no.fp8.q.data),
                               no.fp8.empty() ? nullptr : no.fp8.s.f32(), s_row, s_group,
@@ -369,9 +380,10 @@ void layer_norm(Tensor out, Tensor x, Tensor w, Tensor b, float eps) {
                "layer_norm shapes");
   if (n == 0) return;
   OSPREY_DISPATCH_FLOAT(x.dtype, T, OSPREY_DISPATCH_FLOAT(w.dtype, W, {
-                          layer_norm_kernel<T, W><<<unsigned(n), kThreads, 0, stream()>>>(
-                              static_cast<T*>(out.data), static_cast<const T*>(x.data),
-                              static_cast<const W*>(w.data), static_cast<const W*>(b.data), d, eps);
+                          launch_pdl(layer_norm_kernel<T, W>, unsigned(n), kThreads, 0,
+                                     static_cast<T*>(out.data), static_cast<const T*>(x.data),
+                                     static_cast<const W*>(w.data), static_cast<const W*>(b.data),
+                                     d, eps);
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }

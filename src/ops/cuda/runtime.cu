@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/tensor_ops.h"
 
 namespace osprey::ops::cuda {
@@ -25,6 +26,8 @@ Arena& arena() {
 
 template <typename D, typename S>
 __global__ void convert_kernel(D* __restrict__ dst, const S* __restrict__ src, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = from_f32<D>(to_f32(src[i]));
@@ -321,8 +324,8 @@ void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t
   const int threads = 256;
   const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65536));
   OSPREY_DISPATCH_FLOAT(dst_type, D, OSPREY_DISPATCH_FLOAT(src_type, S, {
-                          convert_kernel<D, S><<<blocks, threads, 0, stream()>>>(
-                              static_cast<D*>(dst), static_cast<const S*>(src), n);
+                          launch_pdl(convert_kernel<D, S>, blocks, threads, 0, static_cast<D*>(dst),
+                                     static_cast<const S*>(src), n);
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }

@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/sample.h"
 
 namespace osprey::ops::cuda {
@@ -221,6 +222,8 @@ __device__ bool range_ok(int32_t begin, int32_t count, int64_t n_list) {
 //   Preconditions: the slot of a row is no other row's; ids in token_lists < vocab (checked: an
 //   error code otherwise); n ≤ kMaxTopLogprobs.
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ double red_d[kSplits * kWarps];
   __shared__ int red_i[kSplits * kWarps];
   __shared__ float red_f[kWarps];
@@ -504,7 +507,7 @@ void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const
   args.tokens = tokens.ptr<int32_t>();
   args.logprobs = n_lp > 0 ? logprobs.f32() : nullptr;
   args.top_ids = n_lp > 0 ? top_ids.ptr<int32_t>() : nullptr;
-  sample_kernel<<<unsigned(n_rows), kThreads, 0, stream()>>>(args);
+  launch_pdl(sample_kernel, unsigned(n_rows), kThreads, 0, args);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

@@ -45,6 +45,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/sync.cuh"
 #include "ops/cuda/hopper/tma.cuh"
 
@@ -64,6 +65,10 @@ constexpr int kMaxStages = 8;               // enough in flight to cover the DRA
 constexpr size_t kSmemBudget = 220 * 1024;  // of the 227 KB an sm_90 block may opt into
 constexpr int kSplitOverheadKb = 4;         // a block's pipeline fill, in k-blocks (split choice)
 constexpr int kMaxSplits = 32;
+// Stages of its weights a dense block asks L2 for before its PDL wait (hopper/pdl.cuh): 4 × 256 B
+// a row, 128 KB a block, enough to cover the launch-to-first-load gap without crowding the L2
+// that the predecessor's last blocks still use.
+constexpr int kPdlPrefetchStages = 4;
 // Gate/up at 64-row tiles: setmaxnreg moves registers from the producer warpgroup (TMA/cp.async
 // issue, the item walk) to the consumers (2 × 32 accumulators + 2 × 32 partials), within the
 // 384 × 168 pool the entry cap gives: 128·112 + 256·192 = 63488. ptxas -v: at the entry cap the
@@ -190,6 +195,21 @@ __device__ __forceinline__ float silu(float g) {
 template <int BN, int kMode, int kG, typename Ty, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p) {
   using L = Layout<BN, kMode, kG>;
+  if constexpr (kMode == kDense) {
+    // The weights are constants: before waiting for the previous kernel (hopper/pdl.cuh), pull
+    // this block's first kPdlPrefetchStages stages into L2, so under PDL the stream of weight bytes
+    // starts during the predecessor's tail. Row tid of the block's 128: one contiguous range.
+    if (threadIdx.x < kBM) {
+      const int64_t row = int64_t(blockIdx.y) * kBM + threadIdx.x;
+      const int nsb = int((p.K / kGroup + kG - 1) / kG);
+      const int sb_per = (nsb + p.splits - 1) / p.splits;
+      const int64_t k0 = int64_t(blockIdx.z) * sb_per * kG * kGroup;
+      const int64_t k1 = min(p.K, k0 + int64_t(min(sb_per, kPdlPrefetchStages)) * kG * kGroup);
+      if (row < p.N && k1 > k0) hw::bulk_prefetch_l2(p.w8 + row * p.K + k0, uint32_t(k1 - k0));
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
   constexpr int kNW = L::kNW;
   constexpr int kR = BN / 2;  // accumulator registers a thread, per weight
   constexpr bool kRealloc = kMode == kGateUp && BN == 64;  // prefill gate/up (kMoeConsumerRegs)
@@ -564,6 +584,8 @@ constexpr int kQuantGroupsPerBlock = 8;
 template <typename T>
 __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict__ s,
                                      const T* __restrict__ x, int64_t K) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int64_t ng = K / kGroup;
   const int64_t g = int64_t(blockIdx.y) * kQuantGroupsPerBlock + (threadIdx.x >> 5);
@@ -698,7 +720,7 @@ void launch(const Params& p, const dim3& grid) {
     return true;
   }();
   (void)attr;
-  fp8_swapab_kernel<BN, kMode, kG, Ty, kSplit><<<grid, kThreads, L::kSmem, stream()>>>(p);
+  launch_pdl(fp8_swapab_kernel<BN, kMode, kG, Ty, kSplit>, grid, kThreads, L::kSmem, p);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
@@ -787,8 +809,8 @@ void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, in
   const int64_t ng = K / kGroup;
   const dim3 grid(unsigned(n), unsigned((ng + kQuantGroupsPerBlock - 1) / kQuantGroupsPerBlock));
   OSPREY_DISPATCH_FLOAT(x_type, T, {
-    quantize_rows_kernel<T>
-        <<<grid, 32 * kQuantGroupsPerBlock, 0, stream()>>>(x8, s, static_cast<const T*>(x), K);
+    launch_pdl(quantize_rows_kernel<T>, grid, 32 * kQuantGroupsPerBlock, 0, x8, s,
+               static_cast<const T*>(x), K);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }

@@ -30,6 +30,7 @@
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/sync.cuh"
 #include "ops/cuda/hopper/wgmma.cuh"
 #include "ops/cuda/indexer/logits_sm90.cuh"
@@ -105,6 +106,8 @@ __device__ __forceinline__ int run_pmax(const int (&pos)[QG], int qa, int qb) {
 template <int QG>
 __global__ void __launch_bounds__(kThreads, Cfg<QG>::kMinBlocks)
     indexer_logits_kernel(const Params p) {
+  pdl_wait();
+  pdl_trigger();
   using C = Cfg<QG>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem =
@@ -252,7 +255,7 @@ void launch(const Params& p, const dim3& grid) {
     return true;
   }();
   (void)attr;
-  indexer_logits_kernel<QG><<<grid, kThreads, C::kSmem, stream()>>>(p);
+  launch_pdl(indexer_logits_kernel<QG>, grid, kThreads, C::kSmem, p);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 }  // namespace

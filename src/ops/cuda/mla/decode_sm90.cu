@@ -49,6 +49,7 @@
 #include <unordered_map>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/sync.cuh"
 #include "ops/cuda/hopper/tma.cuh"
 #include "ops/cuda/hopper/tma_map.h"
@@ -359,6 +360,8 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
 
 template <typename Tq, typename To, bool kFp8, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Params a) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
@@ -1028,6 +1031,8 @@ template <typename Tq, typename To, bool kSparse, bool kTma, bool kPipelined = f
           bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_seesaw_sm90_kernel(const Params a, const __grid_constant__ CUtensorMap kv_map) {
+  pdl_wait();
+  pdl_trigger();
   static_assert(!(kSparse && kTma), "TMA tiles are 64 consecutive rows: dense decode only");
   static_assert(!(kTma && kPipelined), "the prefill variant gathers with cp.async");
   static_assert(kPipelined || !kOverlap, "the overlapped order is the prefill variant's");
@@ -1374,8 +1379,8 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill) 
     if (g_seesaw) {
       if constexpr (!kSparse) {
         if (kv_map) {
-          seesaw::mla_seesaw_sm90_kernel<Tq, To, false, true>
-              <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, *kv_map);
+          launch_pdl(seesaw::mla_seesaw_sm90_kernel<Tq, To, false, true>, grid, kThreads,
+                     seesaw::kSmemBytes, a, *kv_map);
           OSPREY_CUDA_LAUNCH_CHECK();
           return;
         }
@@ -1383,23 +1388,23 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill) 
       if constexpr (kSparse) {
         if (prefill != 0) {
           if (prefill == 2)
-            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true, true>
-                <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+            launch_pdl(seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true, true>, grid,
+                       kThreads, seesaw::kSmemBytes, a, CUtensorMap{});
           else
-            seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>
-                <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+            launch_pdl(seesaw::mla_seesaw_sm90_kernel<Tq, To, true, false, true>, grid, kThreads,
+                       seesaw::kSmemBytes, a, CUtensorMap{});
           OSPREY_CUDA_LAUNCH_CHECK();
           ++g_prefill_variant_calls;
           return;
         }
       }
-      seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false>
-          <<<grid, kThreads, seesaw::kSmemBytes, stream()>>>(a, CUtensorMap{});
+      launch_pdl(seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false>, grid, kThreads,
+                 seesaw::kSmemBytes, a, CUtensorMap{});
       OSPREY_CUDA_LAUNCH_CHECK();
       return;
     }
   }
-  k<<<grid, kThreads, kSmemBytes, stream()>>>(a);
+  launch_pdl(k, grid, kThreads, kSmemBytes, a);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

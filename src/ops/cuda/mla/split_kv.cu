@@ -12,6 +12,7 @@
 #include <climits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/mla/hooks.h"
 #include "ops/cuda/mla/split_kv.cuh"
 
@@ -27,6 +28,8 @@ __global__ void __launch_bounds__(kPlanThreads)
                     int32_t* __restrict__ part_start_out, int32_t* __restrict__ first_part,
                     int32_t* __restrict__ n_splits, const int32_t* __restrict__ positions,
                     int n_tokens, int32_t clamp, int n_parts, int32_t fixed) {
+  pdl_wait();
+  pdl_trigger();
   using Scan = cub::BlockScan<int32_t, kPlanThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int32_t carry, pl;
@@ -82,6 +85,8 @@ __global__ void mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse
                                    const float* __restrict__ part_lse,
                                    const int32_t* __restrict__ n_splits,
                                    const int32_t* __restrict__ split_base, int H, int kv_lora) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x;
   const int h = blockIdx.y * kCombineHeads + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (h >= H) return;
@@ -165,9 +170,9 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32
   const bool hit = c.valid && m.fingerprint != 0 && c.fingerprint == m.fingerprint &&
                    c.n_tokens == n && c.n_parts == n_parts && c.clamp == clamp && c.fixed == fixed;
   if (!hit) {
-    mla_plan_kernel<<<1, kPlanThreads, 0, stream()>>>(
-        cum, split_base, part_start, first_part, n_splits, m.positions.ptr<int32_t>(), n,
-        int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts, fixed);
+    launch_pdl(mla_plan_kernel, 1, kPlanThreads, 0, cum, split_base, part_start, first_part,
+               n_splits, m.positions.ptr<int32_t>(), n,
+               int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts, fixed);
     OSPREY_CUDA_LAUNCH_CHECK();
     ++g_plan_builds;
     c.valid = true;
@@ -194,12 +199,11 @@ void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_
   if (plan.n_tokens == 0 || plan.n_parts <= 1) return;  // one part: no token is ever split
   const dim3 grid(unsigned(plan.n_tokens), unsigned((H + kCombineHeads - 1) / kCombineHeads));
   if (out_bf16)
-    mla_combine_kernel<bf16><<<grid, kCombineHeads * 32, 0, stream()>>>(
-        static_cast<bf16*>(out), lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
+    launch_pdl(mla_combine_kernel<bf16>, grid, kCombineHeads * 32, 0, static_cast<bf16*>(out), lse,
+               part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
   else
-    mla_combine_kernel<float>
-        <<<grid, kCombineHeads * 32, 0, stream()>>>(static_cast<float*>(out), lse, part_o, part_lse,
-                                                    plan.n_splits, plan.split_base, H, kv_lora);
+    launch_pdl(mla_combine_kernel<float>, grid, kCombineHeads * 32, 0, static_cast<float*>(out),
+               lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
