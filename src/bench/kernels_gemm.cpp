@@ -112,6 +112,110 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       o.iters, o.warmup);
 }
 
+// The FP8 linears of one input at decode (ops::linears: one swap-AB launch for all), on both
+// grids: the persistent one (OSPREY_FP8_DENSE_GRID=persistent, a variant) and one block an item
+// (the default); a launch each (OSPREY_FP8_DENSE_GROUP=0); one block an item and a launch each
+// (the dense path before 2026-12-06). V3.2's groups,
+// and its single decode linears (o_proj, the dense and shared down: the grid variants only).
+void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
+  struct Group {
+    const char* what;
+    int64_t in;
+    std::vector<int64_t> outs;
+  };
+  const Group groups[] = {{"q_a+kv_a+wk", 7168, {1536, 576, 128}},
+                          {"q_b+wq_b", 1536, {24576, 8192}},
+                          {"gate+up dense", 7168, {18432, 18432}},
+                          {"gate+up shared", 7168, {2048, 2048}},
+                          {"o_proj", 16384, {7168}},
+                          {"down dense", 18432, {7168}},
+                          {"down shared", 2048, {7168}}};
+  std::vector<int64_t> ms = {1, 16, 32};
+  if (!o.ms.empty()) {
+    ms.clear();
+    for (int64_t m : o.ms)
+      if (m <= 32) ms.push_back(m);
+  }
+  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %10s\n", "linears of one x", "M", "K",
+              "time_us", "GB/s", "%copy", "waves_us", "each_us", "old_us", "rel_diff");
+  uint64_t seed = o.seed * 3000;
+  for (const Group& g : groups) {
+    std::vector<DevFp8> ws;
+    std::vector<LinearWeight> lw;
+    for (int64_t out : g.outs) ws.push_back(make_fp8(out, g.in, seed += 10));
+    for (const DevFp8& w : ws) lw.push_back(w.lw());
+    for (int64_t m : ms) {
+      DeviceBuffer x(DType::BF16, {m, g.in});
+      ops::cuda::fill_uniform(x, seed + 5, -2.0f, 2.0f);
+      std::vector<DeviceBuffer> ys, ys_old;
+      std::vector<LinearOut> outs, outs_old;
+      double bytes = 0;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        ys.emplace_back(DType::F32, Shape{m, g.outs[i]});
+        ys_old.emplace_back(DType::F32, Shape{m, g.outs[i]});
+        bytes += double(g.outs[i]) * double(g.in) +
+                 double((g.outs[i] + 127) / 128 * (g.in / 128)) * 4 + double(m) * g.outs[i] * 4;
+      }
+      bytes += double(m) * double(g.in) * 2;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        outs.push_back({ys[i], &lw[i]});
+        outs_old.push_back({ys_old[i], &lw[i]});
+      }
+      auto run = [&] { ops::cuda::linears(x, std::span<const LinearOut>(outs)); };
+      auto time_us = [&](ops::cuda::DenseGrid grid, bool group) {
+        const ops::cuda::DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(grid);
+        const bool was_group = ops::cuda::set_fp8_swapab_dense_group(group);
+        run();
+        const double us =
+            ops::cuda::time_events(run, o.warmup, o.iters, kKernelFlushBytes).median_ms * 1e3;
+        ops::cuda::set_fp8_swapab_dense_grid(was_grid);
+        ops::cuda::set_fp8_swapab_dense_group(was_group);
+        return us;
+      };
+      using ops::cuda::DenseGrid;
+      const double t = time_us(DenseGrid::kPersistent, true);
+      const double t_waves = time_us(DenseGrid::kWaves, true);
+      const double t_each = time_us(DenseGrid::kPersistent, false);
+      const double t_old = time_us(DenseGrid::kWaves, false);
+      // The outputs of the mainline and of the old path: the same arithmetic, the split-K sums
+      // ordered differently.
+      ops::cuda::linears(x, std::span<const LinearOut>(outs));
+      const DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(DenseGrid::kWaves);
+      const bool was_group = ops::cuda::set_fp8_swapab_dense_group(false);
+      ops::cuda::linears(x, std::span<const LinearOut>(outs_old));
+      ops::cuda::set_fp8_swapab_dense_grid(was_grid);
+      ops::cuda::set_fp8_swapab_dense_group(was_group);
+      cuda::synchronize();
+      double diff = 0;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const Buffer a = cuda::to_host(ys[i]), b = cuda::to_host(ys_old[i]);
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < a.numel(); ++k) {
+          const double d = double(a.f32()[k]) - double(b.f32()[k]);
+          num += d * d;
+          den += double(b.f32()[k]) * double(b.f32()[k]);
+        }
+        diff = std::max(diff, std::sqrt(num / std::max(den, 1e-30)));
+      }
+      const double gbs = bytes / (t * 1e-6) / 1e9;
+      std::printf("%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %10.2e%s\n", g.what,
+                  static_cast<long long>(m), static_cast<long long>(g.in), t, gbs,
+                  100 * gbs / copy_gbs, t_waves, t_each, t_old, diff,
+                  diff <= 1e-5 ? "" : "  CHECK FAILED");
+      OSPREY_CHECK(diff <= 1e-5, g.what, " M ", m,
+                   ": the grouped launch differs from a launch each (", diff, ")");
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "(median of %d after %d warm-up, L2 flushed before each; x BF16 quantised once (included), y "
+      "F32; bytes = the weights (e4m3) + scales + x + y; time_us = one launch on the persistent "
+      "grid (a variant), waves_us = one launch, one block an item (the mainline), each_us = a "
+      "launch each on the persistent grid, old_us = a launch each, one block an item; rel_diff = "
+      "the persistent grouped launch vs old, F32 sums in another order)\n",
+      o.iters, o.warmup);
+}
+
 void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
   const int64_t E = 256, D = 7168, I = 2048, K = 8;
   const RouterParams router{256, 8, 8, 4, ScoringFunc::Sigmoid, TopkMethod::NoauxTc, true, 2.5f};
@@ -239,7 +343,10 @@ void run_moe(const KernelOptions& o, double copy_gbs, double fp8_tf) {
 void run_gemm_benchmarks(const KernelOptions& o, double copy_gbs) {
   const double fp8_tf = ops::cuda::fp8_gemm_tflops(8192);
   std::printf("ceiling: FP8 GEMM 8192^3 (cuBLASLt, per-tensor scales) %.0f TFLOP/s\n", fp8_tf);
-  if (o.op == "gemm") run_gemm(o, copy_gbs, fp8_tf);
+  if (o.op == "gemm") {
+    run_gemm(o, copy_gbs, fp8_tf);
+    run_gemm_groups(o, copy_gbs);
+  }
   if (o.op == "moe") run_moe(o, copy_gbs, fp8_tf);
 }
 

@@ -30,10 +30,11 @@ struct LinearOut {
 namespace ops {
 // y [n, out] F32 = x [n, in] F32 · Wᵀ.
 void linear(Tensor y, Tensor x, const LinearWeight& w);
-// Several linears of one input: outs[i].y = x · outs[i].wᵀ, the same values as a linear() each.
-// On CUDA, FP8 weights that the swap-AB kernel serves (decode: few tokens) share one quantisation
-// of x (one kernel instead of one per weight: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
-// gate + up). Outputs must not alias x.
+// Several linears of one input: outs[i].y = x · outs[i].wᵀ, the values of a linear() each. On
+// CUDA, FP8 weights that the swap-AB kernel serves (decode: few tokens) share one quantisation of
+// x and one launch (q_a_proj + kv_a_proj + the indexer's wk, q_b_proj + wq_b, an MLP's gate + up:
+// their row blocks on one grid, whose split-K choice may differ from a launch each, so the F32
+// sums may be ordered differently). Outputs must not alias x.
 void linears(Tensor x, std::initializer_list<LinearOut> outs);
 // The same with x's FP8 quantisation already made by x's producer (ops/fp8_act.h; empty: as
 // above): every FP8 linear whose CUDA path reads xq's layout reads xq instead of quantising x (the

@@ -27,6 +27,7 @@ MlaPlanReference mla_plan_reference(const std::vector<int32_t>& positions, int64
     r.first_part[size_t(t)] = f;
     r.n_splits[size_t(t)] = l - f + 1;
     r.split_base[size_t(t) + 1] = r.split_base[size_t(t)] + (l > f ? l - f + 1 : 0);
+    if (l > f) r.split_tokens.push_back(t);
   }
   return r;
 }

@@ -86,11 +86,12 @@ OSPREY_HOST_DEVICE inline int mla_part_of(const int32_t* part_start, int n_parts
 
 // The whole plan on the host: the reference the device plan must equal exactly.
 struct MlaPlanReference {
-  std::vector<int32_t> cum;         // [n + 1]
-  std::vector<int32_t> part_start;  // [n_parts + 1]
-  std::vector<int32_t> first_part;  // [n]
-  std::vector<int32_t> n_splits;    // [n]
-  std::vector<int32_t> split_base;  // [n + 1] first partial slot of each split token
+  std::vector<int32_t> cum;           // [n + 1]
+  std::vector<int32_t> part_start;    // [n_parts + 1]
+  std::vector<int32_t> first_part;    // [n]
+  std::vector<int32_t> n_splits;      // [n]
+  std::vector<int32_t> split_base;    // [n + 1] first partial slot of each split token
+  std::vector<int32_t> split_tokens;  // the tokens with n_splits > 1, in order (≤ n_parts − 1)
 };
 MlaPlanReference mla_plan_reference(const std::vector<int32_t>& positions, int64_t clamp,
                                     int n_parts, int32_t fixed);

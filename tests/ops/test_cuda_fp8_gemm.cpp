@@ -135,28 +135,68 @@ TEST(CudaOps, LinearFp8SwapAbStepsAsideOutsideItsClass) {
   ops::cuda::set_fp8_swapab(true);
 }
 
-// Several FP8 linears of one x (ops::linears: q_a_proj + kv_a_proj + the indexer's wk, an MLP's
-// gate + up) quantise x once: the same bits as a linear() each, at decode token counts and past the
-// swap-AB class (33 tokens: a linear() each, the fallback).
-TEST(CudaOps, LinearsOfOneInputMatchALinearEachBitForBit) {
+// Several FP8 linears of one x (ops::linears: q_a_proj + kv_a_proj + the indexer's wk; q_b_proj
+// + wq_b; an MLP's gate + up) quantise x once and run in one swap-AB launch, their row blocks on
+// one grid: each y within the CPU twin's tolerance, with the linears grouped or a launch each, on
+// one block an item (the default) or the persistent grid (the grid and the grouping change only the
+// split-K choice, so the values agree to F32 summation order); a grouped launch repeated gives the
+// same bits; past the swap-AB class (33 tokens) a linear() each, bit for bit.
+TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
-  const Fp8Weight qa = random_fp8(1536, 7168), kva = random_fp8(576, 7168),
-                  wk = random_fp8(128, 7168);
-  const LinearWeight dqa = qa.dev(), dkva = kva.dev(), dwk = wk.dev();
-  for (int64_t n : {int64_t(1), int64_t(16), int64_t(33)}) {
-    DeviceBuffer x = upload(rand_f32({n, 7168}, -2.0f, 2.0f));
-    DeviceBuffer y1 = poisoned(DType::F32, {n, 1536}), y2 = poisoned(DType::F32, {n, 576}),
-                 y3 = poisoned(DType::F32, {n, 128});
-    ops::linears(x, {{y1, &dqa}, {y2, &dkva}, {y3, &dwk}});
-    const Buffer g1 = download(y1), g2 = download(y2), g3 = download(y3);
-    for (const auto& [w, got] : {std::pair{&qa, &g1}, std::pair{&kva, &g2}, std::pair{&wk, &g3}}) {
-      const int64_t out = w->w.view().size(0);
-      DeviceBuffer y = poisoned(DType::F32, {n, out});
-      ops::linear(y, x, w->dev());
-      const Buffer want = download(y);
-      EXPECT_EQ(std::memcmp(got->f32(), want.f32(), size_t(n * out) * sizeof(float)), 0)
-          << "n " << n << " out " << out;
+  struct Case {
+    int64_t in;
+    std::vector<int64_t> outs;
+  };
+  const Case cases[] = {{7168, {1536, 576, 128}}, {1536, {24576, 8192}}, {7168, {18432, 18432}}};
+  for (const Case& k : cases) {
+    std::vector<Fp8Weight> ws;
+    std::vector<LinearWeight> lw;
+    for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
+    for (const Fp8Weight& w : ws) lw.push_back(w.dev());
+    for (int64_t n : {int64_t(1), int64_t(16), int64_t(33)}) {
+      Buffer xh = rand_f32({n, k.in}, -2.0f, 2.0f);
+      DeviceBuffer x = upload(xh);
+      auto run = [&] {
+        std::vector<DeviceBuffer> ys;
+        for (const Fp8Weight& w : ws) ys.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
+        if (ws.size() == 3)
+          ops::linears(x, {{ys[0], &lw[0]}, {ys[1], &lw[1]}, {ys[2], &lw[2]}});
+        else
+          ops::linears(x, {{ys[0], &lw[0]}, {ys[1], &lw[1]}});
+        std::vector<Buffer> got;
+        for (const DeviceBuffer& y : ys) got.push_back(download(y));
+        return got;
+      };
+      const std::vector<Buffer> grouped = run(), again = run();
+      if (n <= 32) {
+        EXPECT_STREQ(ops::cuda::last_fp8_gemm_path(), "swapab-fp8");
+      }
+      ops::cuda::set_fp8_swapab_dense_group(false);
+      const std::vector<Buffer> each = run();
+      ops::cuda::set_fp8_swapab_dense_group(true);
+      const ops::cuda::DenseGrid was =
+          ops::cuda::set_fp8_swapab_dense_grid(ops::cuda::DenseGrid::kPersistent);
+      const std::vector<Buffer> persistent = run();
+      ops::cuda::set_fp8_swapab_dense_grid(was);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const int64_t out = ws[i].w.view().size(0);
+        const std::string what = strf("in %lld out %lld n %lld", static_cast<long long>(k.in),
+                                      static_cast<long long>(out), static_cast<long long>(n));
+        EXPECT_EQ(std::memcmp(grouped[i].f32(), again[i].f32(), size_t(n * out) * 4), 0) << what;
+        if (n <= 32) {
+          Buffer ref(DType::F32, {n, out});
+          ops::cpu::linear_w8a8(ref, xh, ws[i].host());
+          expect_close("grouped " + what, grouped[i], ref, kTolF32);
+          expect_close("a launch each " + what, each[i], ref, kTolF32);
+          expect_close("persistent grid " + what, persistent[i], ref, kTolF32);
+        } else {  // a linear() each: the same bits
+          DeviceBuffer y = poisoned(DType::F32, {n, out});
+          ops::linear(y, x, ws[i].dev());
+          const Buffer want = download(y);
+          EXPECT_EQ(std::memcmp(grouped[i].f32(), want.f32(), size_t(n * out) * 4), 0) << what;
+        }
+      }
     }
   }
 }

@@ -359,16 +359,20 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 // the norms write their consumers' FP8 and BF16 inputs (ops::rms_norm_multi), silu_mul writes the
 // FP8 down projection's (ops::silu_mul_multi), absorb_q reads F32 q without a conversion kernel,
 // o_lat is written in BF16 — 6 kernels fewer in attention + dense MLP, 7 in attention + MoE FFN,
-// 1 in the DSA share (each marked "issue 13" below). The test prints the
+// 1 in the DSA share (each marked "issue 13" below); then the FP8 linears of one input in one
+// swap-AB launch (ops::linears → launch_fp8_swapab_linears, 2026-12-06: 13, 4, 12, 9 — q_a + kv_a
+// (+ wk), q_b (+ wq_b), gate + up, marked "grouped" below). The test prints the
 // measured counts. A change that adds (or removes) a kernel must change these on purpose. Layer 0
 // has one more (mla_plan: the split-KV plan, built once a step, reused by every layer); the
 // differencing below measures layers past 0. (lm_head's input conversion, once a step, went too:
 // the final norm writes its BF16 input; no per-layer count sees it.) These budgets are read
 // from the logits-only graph; the engine's decode graph (sampling inside it) adds exactly one
 // kernel per step, not per layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
-//   attention without the indexer (14; 18 before issue 13, 22 before ops::mla_kv_write):
-//     fp8_swapab × 2           q_a_proj, kv_a_proj, reading x's e4m3 copy that the norm before
-//                              wrote (issue 13: quantize_rows(x) gone, -1)
+//   attention without the indexer (13; 14 before the grouped launches, 18 before issue 13, 22
+//   before ops::mla_kv_write):
+//     fp8_swapab               q_a_proj and kv_a_proj in one launch (grouped, -1), reading x's
+//                              e4m3 copy that the norm before wrote (issue 13: quantize_rows(x)
+//                              gone, -1)
 //     rms_norm                 q_a_norm → q_lat, writing q_lat's e4m3 copy for q_b_proj (and the
 //                              indexer's wq_b) in the same kernel (issue 13: quantize_rows(q_lat)
 //                              gone, -1)
@@ -386,16 +390,18 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 //                              attention writes BF16, -1)
 //     quantize_rows + fp8      o_proj (its input quantised: one reader, a cuBLASLt output)
 //     rms_norm (add)           residual += attn; post_attention_layernorm (with the FFN's extras)
-//   the DSA indexer's share (11; 12 before issue 13): fp8_swapab wk and wq_b (their inputs'
-//     quantisations are the norms', shared), rope (q), layer_norm (k_norm), rope (k),
+//   the DSA indexer's share (9; 11 before the grouped launches, 12 before issue 13): wk and wq_b
+//     run in the launches of q_a/kv_a and q_b (grouped, -2; their inputs' quantisations are the
+//     norms', shared), rope (q), layer_norm (k_norm), rope (k),
 //     index_write_fp8 (key cache), GEMM (weights_proj, BF16, reading x's BF16 copy from the norm
 //     before: issue 13, its convert gone, -1), scale (× IH^-1/2), indexer_quantize_q (q → e4m3,
 //     its scales folded into the weights), indexer_logits, indexer_topk
-//   dense MLP (5; 7 before issue 13): fp8_swapab gate, up (x's e4m3 copy from the post-attention
-//     norm: issue 13, quantize_rows(x) gone, -1), silu_mul writing h and h's e4m3 copy (issue 13:
+//   dense MLP (4; 5 before the grouped launches, 7 before issue 13): fp8_swapab gate and up in one
+//     launch (grouped, -1; x's e4m3 copy from the post-attention norm: issue 13,
+//     quantize_rows(x) gone, -1), silu_mul writing h and h's e4m3 copy (issue 13:
 //     quantize_rows(h) gone, -1), fp8_swapab down, rms_norm (add: residual += mlp; next
 //     input_layernorm, with the next attention's extras)
-//   MoE FFN (13; 16 before issue 13):
+//   MoE FFN (12; 13 before the grouped launches, 16 before issue 13):
 //     GEMM                     router: the gate GEMM (BF16) on x's BF16 copy from the
 //                              post-attention norm, writing BF16 logits (cuBLASLt takes one kernel
 //                              for [4, 2048] · [2048, 64]: measured on the H200, 2026-12-01)
@@ -405,18 +411,18 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 //     moe_permute              tokens grouped by expert, the tile schedule
 //     fp8_swapab × 2           grouped gate_up (silu·mul and h's quantisation fused), grouped down
 //     moe_combine              the top-k outputs weighted back per token
-//     fp8_swapab × 2           the shared expert's gate and up on x's e4m3 copy from the norm
-//                              (issue 13: their quantize_rows(x) gone, -1)
+//     fp8_swapab               the shared expert's gate and up in one launch (grouped, -1) on x's
+//                              e4m3 copy from the norm (issue 13: their quantize_rows(x) gone, -1)
 //     silu_mul + 1             the shared expert's silu·mul (writing h's e4m3 copy: issue 13,
 //                              quantize_rows(h) gone, -1) and down
 //     add                      routed + shared
 //     rms_norm (add)           residual += ffn; next input_layernorm
-constexpr int kAttentionKernels = 14;
-constexpr int kDenseMlpKernels = 5;
-constexpr int kMoeFfnKernels = 13;
-constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 19
-constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 27
-constexpr int kDsaLayerKernels = 11;
+constexpr int kAttentionKernels = 13;
+constexpr int kDenseMlpKernels = 4;
+constexpr int kMoeFfnKernels = 12;
+constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 17
+constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 25
+constexpr int kDsaLayerKernels = 9;
 constexpr int kBudgetBatch = 4;
 
 struct Captured {

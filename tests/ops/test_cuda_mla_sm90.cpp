@@ -148,6 +148,19 @@ TEST(CudaMlaSm90, SparseDecodeFp8) {
   run_case(c);
 }
 
+// One sequence (B = 1 decode): its 32 blocks cut into 32 runs, the 32 partials of every head
+// merged by the one-head-a-block combine; BF16 and F32 outputs, both cache formats.
+TEST(CudaMlaSm90, SparseDecodeOneSequenceCombinesEverySplit) {
+  OSPREY_REQUIRE_GPU();
+  for (const bool fp8 : {false, true})
+    for (const DType out_dt : {DType::BF16, DType::F32}) {
+      Case c{{5000}, {1}};
+      c.fp8 = fp8;
+      c.out_dt = out_dt;
+      run_case(c);
+    }
+}
+
 TEST(CudaMlaSm90, SparseRepeatedIndicesAndSq2) {
   OSPREY_REQUIRE_GPU();
   Case c{{5000, 3000, 70, 2100}, {2, 2, 2, 2}};  // s_q = 2 (MTP verify shape)
@@ -363,6 +376,10 @@ TEST(CudaMlaSm90, SplitPlanMatchesHostReference) {
     EXPECT_EQ(from_device(plan.first_part, n), want.first_part);
     EXPECT_EQ(from_device(plan.n_splits, n), want.n_splits);
     EXPECT_EQ(from_device(plan.split_base, n + 1), want.split_base);
+    const std::vector<int32_t> list = from_device(plan.split_list, size_t(c.n_parts));
+    ASSERT_EQ(size_t(list[0]), want.split_tokens.size());
+    EXPECT_EQ(std::vector<int32_t>(list.begin() + 1, list.begin() + 1 + list[0]),
+              want.split_tokens);
     EXPECT_LE(want.split_base[n], plan.max_slots);
     if (c.ctx.size() == 1 && c.fixed == 0) cut_cost0 = want.part_start;
     if (c.ctx.size() == 1 && c.fixed > 0) cut_cost = want.part_start;

@@ -425,6 +425,12 @@ void expect_mla_plan_consistent(const ops::MlaPlanReference& r) {
   }
   EXPECT_EQ(r.split_base[n], slots);
   EXPECT_LE(slots, std::max<int32_t>(1, 2 * (int32_t(parts) - 1)));
+  // The combine kernel's grid: at most parts − 1 split tokens, listed in order.
+  std::vector<int32_t> split;
+  for (size_t t = 0; t < n; ++t)
+    if (r.n_splits[t] > 1) split.push_back(int32_t(t));
+  EXPECT_EQ(r.split_tokens, split);
+  EXPECT_LE(r.split_tokens.size(), parts - 1);
 }
 
 // Without a per-token cost the plan is the equal runs of blocks the kernels used before (decode

@@ -353,15 +353,17 @@ void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, Tensor xb, const LinearWe
 }
 
 void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearOut> outs) {
-  // A producer-made quantisation (xq) serves every linear whose path reads its layout. Without
-  // one: one quantisation of x when every weight is FP8 and the swap-AB kernel serves it (the
-  // quantisation depends on x alone: the same x8 and scales as each linear's own); else a
-  // linear() each. The shared x8 lives in kScratchGemmX, which the swap-AB launches only read.
+  // Every weight FP8 and served by the swap-AB kernel: one quantisation of x (the producer's, xq
+  // in rows layout, or one made here: it depends on x alone, the same x8 and scales as each
+  // linear's own) and the linears in one launch (launch_fp8_swapab_linears: their row blocks on
+  // one grid), a launch for each output dtype. Else a linear() each, a producer-made
+  // quantisation serving every linear whose path reads its layout. The x8 made here lives in
+  // kScratchGemmX, which the swap-AB launches only read.
   check_device(x, "linears", "x");
   if (xq && xq->empty()) xq = nullptr;
   const int64_t in = x.size(-1);
   const int64_t n = x.numel() / std::max<int64_t>(in, 1);
-  bool shared = xq == nullptr && outs.size() > 1 && n > 0 && is_f32_or_bf16(x.dtype);
+  bool shared = outs.size() > 1 && n > 0 && is_f32_or_bf16(x.dtype);
   for (const LinearOut& o : outs) {
     const LinearWeight& w = *o.w;
     shared = shared && w.weight.dtype == DType::F8_E4M3 && w.weight.device == Device::CUDA &&
@@ -379,8 +381,23 @@ void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearO
                  shape_str(o.y.shape));
     check_fp8_scales(w);
   }
-  const QuantizedX x8 = quantize_for_swapab(x, n, in);
-  for (const LinearOut& o : outs) swapab_linear(o.y, x8, *o.w, n);
+  QuantizedX x8{};
+  if (xq && xq->layout == Fp8Layout::Rows) {  // (a Cols one is not this path's: x quantised here)
+    fp8_act_rows(*xq, n, in, "linears");
+    x8 = QuantizedX{xq->q.ptr<uint8_t>(), xq->s.f32()};
+  } else {
+    x8 = quantize_for_swapab(x, n, in);
+  }
+  for (const DType t : {DType::F32, DType::BF16}) {
+    std::vector<DenseLinear> group;
+    for (const LinearOut& o : outs) {
+      if (o.y.dtype != t) continue;
+      const LinearWeight& w = *o.w;
+      group.push_back(DenseLinear{o.y.data, w.weight.ptr<uint8_t>(), w.scale_inv.f32(), w.out()});
+    }
+    if (!group.empty()) launch_fp8_swapab_linears(group, t, x8.q, x8.s, n, in);
+  }
+  g_last_path = "swapab-fp8";
 }
 }  // namespace
 

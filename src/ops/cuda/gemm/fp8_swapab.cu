@@ -7,7 +7,10 @@
 // Shapes: W8 [N, K] e4m3 row-major (the checkpoint's layout; K-major, as FP8 wgmma needs for A),
 //   scale_inv [ceil(N/128), K/128] F32; x8 [n_x, K] e4m3 (K-major B), xs [n_x, K/128] F32.
 // Modes:
-//   kDense:  y [n, N] F32/BF16; a block = (BN-token tile, 128-row block of W, K split).
+//   kDense:  up to kMaxDenseSegs linears of one x (q_a, kv_a and the indexer's wk; gate and up)
+//            in one launch, y_i [n, N_i] F32/BF16 = x · W_iᵀ; an item = (BN-token tile, 128-row
+//            block of one W_i, K split), item = (split · row blocks + row block) · token tiles +
+//            tile, row blocks counted over the linears end to end.
 //   kGateUp: an item = (128-row block of I, one tile of one expert's sorted rows); gate and up
 //            in one pass (two A tiles a stage), h = silu(g)·u in F32, quantised per 1×128 in the
 //            epilogue (the block holds all 128 columns of its group): h8 [rows, I], hs [rows,
@@ -16,7 +19,10 @@
 //   MoE grid: 1-D over the items (item = tile · row blocks + row block), one block an item or a
 //   persistent grid of one block an SM, each block starting at item blockIdx.x and then taking
 //   items by static strides or claiming the next from a counter (the stages run on across
-//   items: the next item's loads overlap the last one's epilogue).
+//   items: the next item's loads overlap the last one's epilogue). Dense grid: 1-D, one block an
+//   item (waves, the default: choose_splits) or persistent (OSPREY_FP8_DENSE_GRID=persistent, a
+//   variant: min(items, SMs) blocks by static strides, the split count chosen for the fewest
+//   stages on the busiest SM: choose_persistent_splits).
 // Block: 384 threads, 1 block an SM (the stages take ~200 KB of shared memory).
 //   Warpgroup 0, the producer: per stage of kG consecutive 128-wide K groups ("k-blocks"; kG = 2
 //   for the dense path and down, 1 for gate/up, whose stage already holds two weights) it waits
@@ -65,6 +71,9 @@ constexpr int kMaxStages = 8;               // enough in flight to cover the DRA
 constexpr size_t kSmemBudget = 220 * 1024;  // of the 227 KB an sm_90 block may opt into
 constexpr int kSplitOverheadKb = 4;         // a block's pipeline fill, in k-blocks (split choice)
 constexpr int kMaxSplits = 32;
+// The persistent dense grid's cost of an item's split-K partial (written, then read by the last
+// split: 256 × BN/2 F32 each way, 16 KB at BN = 16 against a stage's 32 KB of weights), in stages.
+constexpr int kSplitItemCostStages = 1;
 // Stages of its weights a dense block asks L2 for before its PDL wait (hopper/pdl.cuh): 4 × 256 B
 // a row, 128 KB a block, enough to cover the launch-to-first-load gap without crowding the L2
 // that the predecessor's last blocks still use.
@@ -105,9 +114,22 @@ struct Layout {
   static_assert(BN * kG <= 128);  // the scale copies: one thread each
 };
 
+// One linear of a dense launch: y [n, N] = x · W8ᵀ with W8 [N, K] e4m3, scales [ceil(N/128),
+// K/128]; its row blocks are the launch's rb0 .. rb0 + ceil(N/128) − 1.
+struct DenseSeg {
+  void* y;
+  const uint8_t* w8;
+  const float* w_scale;
+  int64_t N;
+  int rb0;
+};
+constexpr int kMaxDenseSegs = 4;
+
 struct Params {
-  const uint8_t* w8;             // kDense: [N, K]
-  const float* w_scale;          // kDense: [ceil(N/128), K/128]
+  DenseSeg segs[kMaxDenseSegs];  // kDense: [n_segs]
+  int n_segs;                    // kDense
+  int ttiles;                    // kDense: token tiles of BN
+  int rbs;                       // kDense: row blocks of all the linears
   const MoeExpertPtrs* experts;  // MoE: [E]
   const MoeTile* tiles;          // MoE: [max_tiles]
   const int32_t* perm;           // kGateUp: sorted row → t·top_k + slot
@@ -115,16 +137,17 @@ struct Params {
   const uint8_t* x8;  // [n_x, K]
   const float* xs;    // [n_x, K/128]
   int64_t n;          // kDense: tokens
-  int64_t N, K;
-  void* y;        // kDense [n, N] F32/BF16; kDown [rows, N] F32
-  uint8_t* h8;    // kGateUp [rows, N]
-  float* hs;      // kGateUp [rows, N/128]
-  float* ws;      // split-K partials [tiles, splits, 256, BN/2]
-  int* counters;  // [tiles], zero between launches
+  int64_t N, K;       // N: MoE modes (kDense: per linear, DenseSeg::N)
+  void* y;            // kDense [n, N] F32/BF16; kDown [rows, N] F32
+  uint8_t* h8;        // kGateUp [rows, N]
+  float* hs;          // kGateUp [rows, N/128]
+  float* ws;          // split-K partials [tiles = rbs · ttiles, splits, 256, BN/2]
+  int* counters;      // [tiles], zero between launches
   int splits;
   bool weight_tma;  // MoE modes: the weight tiles come by TMA through the experts' maps
   int row_blks;     // MoE: N / 128, the row blocks of a tile
-  int n_items;      // MoE: max_tiles · row_blks work items, item = tile · row_blks + row_blk
+  int n_items;      // MoE: max_tiles · row_blks work items, item = tile · row_blks + row_blk;
+                    // kDense: splits · rbs · ttiles
   int* sched;       // MoE, persistent with dynamic claims: [next item − gridDim.x, blocks done],
                     // zero between launches; nullptr: static strides
 };
@@ -132,28 +155,55 @@ struct Params {
 // One work item of a block: a weight row block against one token tile.
 template <int kNW>
 struct Item {
-  int row_blk;
+  int row_blk;   // within its weight
   int64_t tok0;  // the item's token columns [tok0, tok0 + ncols)
   int ncols;
+  int64_t N;     // its weight's rows
+  void* y;       // kDense: its linear's output; kDown: p.y
+  int tile;      // kDense: row block (over the launch) · ttiles + token tile (split-K counters)
+  int split;     // kDense: its K split
+  int sb0, sb1;  // its stages of kG k-blocks [sb0, sb1)
   const uint8_t* w[kNW];
   const float* wsc[kNW];
   const void* wmap[kNW];  // the weights' TMA maps (MoE modes with p.weight_tma)
 };
 
-// Item `item`: kDense, the block's one (token tile blockIdx.x, row block blockIdx.y); MoE, item
+// Item `item`: kDense, (split · rbs + row block) · ttiles + token tile, the row block's linear
+// found among the launch's (unrolled selects: no run-time index into the parameters); MoE, item
 // = tile · row_blks + row_blk of the schedule. False past the schedule's real tiles (every later
 // item is past them too: the tiles are in order, real ones first).
-template <int BN, int kMode, int kNW>
+template <int BN, int kMode, int kNW, int kG>
 __device__ __forceinline__ bool item_at(const Params& p, int item, Item<kNW>& it) {
+  const int nsb = int((p.K / kGroup + kG - 1) / kG);
   if constexpr (kMode == kDense) {
-    it.row_blk = int(blockIdx.y);
-    it.tok0 = int64_t(blockIdx.x) * BN;
+    const int per_split = p.rbs * p.ttiles;
+    it.split = item / per_split;
+    const int r = item - it.split * per_split;
+    const int rb = r / p.ttiles, tt = r - rb * p.ttiles;
+    DenseSeg S = p.segs[0];
+#pragma unroll
+    for (int i = 1; i < kMaxDenseSegs; ++i)
+      if (i < p.n_segs && rb >= p.segs[i].rb0) S = p.segs[i];
+    it.row_blk = rb - S.rb0;
+    it.tile = r;
+    it.tok0 = int64_t(tt) * BN;
     it.ncols = int(min(int64_t(BN), p.n - it.tok0));
-    it.w[0] = p.w8;
-    it.wsc[0] = p.w_scale;
+    it.N = S.N;
+    it.y = S.y;
+    it.w[0] = S.w8;
+    it.wsc[0] = S.w_scale;
     it.wmap[0] = nullptr;
+    const int sb_per = (nsb + p.splits - 1) / p.splits;
+    it.sb0 = it.split * sb_per;
+    it.sb1 = min(nsb, it.sb0 + sb_per);
     return true;
   } else {
+    it.N = p.N;
+    it.y = p.y;
+    it.tile = 0;
+    it.split = 0;
+    it.sb0 = 0;
+    it.sb1 = nsb;
     const int tile = item / p.row_blks;
     it.row_blk = item - tile * p.row_blks;
     const MoeTile t = p.tiles[tile];
@@ -197,15 +247,17 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   using L = Layout<BN, kMode, kG>;
   if constexpr (kMode == kDense) {
     // The weights are constants: before waiting for the previous kernel (hopper/pdl.cuh), pull
-    // this block's first kPdlPrefetchStages stages into L2, so under PDL the stream of weight bytes
-    // starts during the predecessor's tail. Row tid of the block's 128: one contiguous range.
-    if (threadIdx.x < kBM) {
-      const int64_t row = int64_t(blockIdx.y) * kBM + threadIdx.x;
-      const int nsb = int((p.K / kGroup + kG - 1) / kG);
-      const int sb_per = (nsb + p.splits - 1) / p.splits;
-      const int64_t k0 = int64_t(blockIdx.z) * sb_per * kG * kGroup;
-      const int64_t k1 = min(p.K, k0 + int64_t(min(sb_per, kPdlPrefetchStages)) * kG * kGroup);
-      if (row < p.N && k1 > k0) hw::bulk_prefetch_l2(p.w8 + row * p.K + k0, uint32_t(k1 - k0));
+    // the first kPdlPrefetchStages stages of this block's first item into L2, so under PDL the
+    // stream of weight bytes starts during the predecessor's tail. Row tid of the block's 128:
+    // one contiguous range.
+    if (threadIdx.x < kBM && int(blockIdx.x) < p.n_items) {
+      Item<1> I;
+      item_at<BN, kMode, 1, kG>(p, int(blockIdx.x), I);
+      const int64_t row = int64_t(I.row_blk) * kBM + threadIdx.x;
+      const int64_t k0 = int64_t(I.sb0) * kG * kGroup;
+      const int64_t k1 =
+          min(p.K, k0 + int64_t(min(I.sb1 - I.sb0, kPdlPrefetchStages)) * kG * kGroup);
+      if (row < I.N && k1 > k0) hw::bulk_prefetch_l2(I.w[0] + row * p.K + k0, uint32_t(k1 - k0));
     }
   }
   pdl_wait();
@@ -225,8 +277,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   int* next_item = stage_item + L::kStages;
 
   const int tid = threadIdx.x;
-  // kDense: grid [token tiles, row blocks, splits], one item a block (the tiles of one row block
-  // run side by side and read its weights once from DRAM). MoE: a 1-D grid over the items, block
+  // kDense: a 1-D grid, block b taking items b + j·gridDim.x (the token tiles of one row block
+  // are consecutive items: run side by side, they read its weights once from DRAM; one block an
+  // item when gridDim.x = n_items). MoE: a 1-D grid over the items, block
   // b starting with item b; then (a persistent grid of one block an SM) items b + j·gridDim.x, or
   // with p.sched the next unclaimed one (an atomic counter: the blocks take the items in order as
   // they free up, as the hardware hands out the blocks of a grid of one block an item, so the
@@ -235,17 +288,14 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   // them each item in stage_item[] of its first stage (−1 after the last).
   // The block's geometry, computed in each role after its setmaxnreg (computed once before it,
   // two of these values were spilled and reloaded inside the consumers' k-loop).
-#define OSPREY_SWAPAB_GEOMETRY                                            \
-  const int64_t K = p.K, N = p.N;                                         \
-  const int nkb = int(K / kGroup);                                        \
-  const int item0 = kMode == kDense ? 0 : int(blockIdx.x);                \
-  const int item_step = kMode == kDense ? 1 : int(gridDim.x);             \
-  const int n_items = kMode == kDense ? 1 : p.n_items;                    \
-  const int nsb = (nkb + kG - 1) / kG; /* stages of kG k-blocks */        \
-  const int sb_per = (nsb + p.splits - 1) / p.splits;                     \
-  const int sb0 = int(blockIdx.z) * sb_per, sb1 = min(nsb, sb0 + sb_per); \
-  const bool tma = kMode != kDense && p.weight_tma; /* block-uniform */   \
-  (void)N, (void)item_step, (void)tma
+#define OSPREY_SWAPAB_GEOMETRY                                          \
+  const int64_t K = p.K;                                                \
+  const int nkb = int(K / kGroup);                                      \
+  const int item0 = int(blockIdx.x);                                    \
+  const int item_step = int(gridDim.x);                                 \
+  const int n_items = p.n_items;                                        \
+  const bool tma = kMode != kDense && p.weight_tma; /* block-uniform */ \
+  (void)nkb, (void)item_step, (void)tma
 
   if (tid == 0) {
     for (int s = 0; s < L::kStages; ++s) {
@@ -275,9 +325,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
     int it = 0;
     for (int item = item0; item < n_items;) {
       Item<kNW> I;
-      if (!item_at<BN, kMode, kNW>(p, item, I)) break;
-      const int row_blk = I.row_blk, ncols = I.ncols;
-      const int64_t tok0 = I.tok0;
+      if (!item_at<BN, kMode, kNW, kG>(p, item, I)) break;
+      const int row_blk = I.row_blk, ncols = I.ncols, sb0 = I.sb0, sb1 = I.sb1;
+      const int64_t tok0 = I.tok0, N = I.N;
       if (tma && tid == 0)
 #pragma unroll
         for (int wi = 0; wi < kNW; ++wi) hw::tma_prefetch_map(I.wmap[wi]);
@@ -398,9 +448,9 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
       if (item < 0) break;
     }
     Item<kNW> I;
-    if (!item_at<BN, kMode, kNW>(p, item, I)) break;
-    const int row_blk = I.row_blk, ncols = I.ncols;
-    const int64_t tok0 = I.tok0;
+    if (!item_at<BN, kMode, kNW, kG>(p, item, I)) break;
+    const int row_blk = I.row_blk, ncols = I.ncols, sb0 = I.sb0, sb1 = I.sb1;
+    const int64_t tok0 = I.tok0, N = I.N;
     float acc[kNW][kR];
 #pragma unroll
     for (int wi = 0; wi < kNW; ++wi)
@@ -490,48 +540,54 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
     auto row_of = [&](int i) { return int64_t(row_blk) * kBM + rbase + 8 * ((i >> 1) & 1); };
 
     if constexpr (kMode == kDense) {
+      bool store = true;
       if (p.splits > 1) {
-        const int tile = int(blockIdx.y) * int(gridDim.x) + int(blockIdx.x);
-        float* base = p.ws + (size_t(tile) * p.splits) * kConsumers * kR;
-        float4* mine =
-            reinterpret_cast<float4*>(base + (size_t(blockIdx.z) * kConsumers + ct) * kR);
+        float* base = p.ws + (size_t(I.tile) * p.splits) * kConsumers * kR;
+        float4* mine = reinterpret_cast<float4*>(base + (size_t(I.split) * kConsumers + ct) * kR);
 #pragma unroll
         for (int i = 0; i < kR; i += 4)
           __stcg(mine + i / 4, make_float4(acc[0][i], acc[0][i + 1], acc[0][i + 2], acc[0][i + 3]));
         __threadfence();
         hw::named_barrier(1, kConsumers);
         if (ct == 0) {
-          const int old = atomicAdd(&p.counters[tile], 1);
+          const int old = atomicAdd(&p.counters[I.tile], 1);
           const bool last = old == p.splits - 1;
-          if (last) p.counters[tile] = 0;  // ready for the next launch (stream-ordered)
+          if (last) p.counters[I.tile] = 0;  // ready for the next launch (stream-ordered)
           *flag = last;
         }
         hw::named_barrier(1, kConsumers);
-        if (!*flag) return;
-        __threadfence();
-        // The sum in split order whoever arrives last (its own partial read back too): the same
-        // bits on every run.
+        // (read by all before ct 0 writes the next item's flag, after that item's first barrier)
+        store = *flag != 0;
+        if (store) {
+          __threadfence();
+          // The sum in split order whoever arrives last (its own partial read back too): the
+          // same bits on every run.
 #pragma unroll
-        for (int i = 0; i < kR; ++i) acc[0][i] = 0.0f;
-        for (int s = 0; s < p.splits; ++s) {
-          const float4* other =
-              reinterpret_cast<const float4*>(base + (size_t(s) * kConsumers + ct) * kR);
+          for (int i = 0; i < kR; ++i) acc[0][i] = 0.0f;
+            // (unrolled: 8 splits' loads in flight, not one L2 round trip a split)
+#pragma unroll 8
+          for (int sp = 0; sp < p.splits; ++sp) {
+            const float4* other =
+                reinterpret_cast<const float4*>(base + (size_t(sp) * kConsumers + ct) * kR);
 #pragma unroll
-          for (int i = 0; i < kR; i += 4) {
-            const float4 v = __ldcg(other + i / 4);
-            acc[0][i] += v.x;
-            acc[0][i + 1] += v.y;
-            acc[0][i + 2] += v.z;
-            acc[0][i + 3] += v.w;
+            for (int i = 0; i < kR; i += 4) {
+              const float4 v = __ldcg(other + i / 4);
+              acc[0][i] += v.x;
+              acc[0][i + 1] += v.y;
+              acc[0][i + 2] += v.z;
+              acc[0][i + 3] += v.w;
+            }
           }
         }
       }
-      Ty* y = static_cast<Ty*>(p.y);
+      if (store) {
+        Ty* y = static_cast<Ty*>(I.y);
 #pragma unroll
-      for (int i = 0; i < kR; ++i) {
-        const int col = col_of(i);
-        const int64_t row = row_of(i);
-        if (col < ncols && row < N) y[(tok0 + col) * N + row] = from_f32<Ty>(acc[0][i]);
+        for (int i = 0; i < kR; ++i) {
+          const int col = col_of(i);
+          const int64_t row = row_of(i);
+          if (col < ncols && row < N) y[(tok0 + col) * N + row] = from_f32<Ty>(acc[0][i]);
+        }
       }
     } else if constexpr (kMode == kGateUp) {
       float h[kR];
@@ -574,8 +630,8 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
         if (col < ncols && row < N) y[(tok0 + col) * N + row] = acc[0][i];
       }
     }
-    if constexpr (kMode == kDense) break;  // one item a block
-  }                                        // items
+    if constexpr (kMode == kDense) item += item_step;  // MoE: the next from stage_item
+  }                                                    // items
 #undef OSPREY_SWAPAB_GEOMETRY
 }
 
@@ -753,6 +809,49 @@ int choose_splits(int64_t tiles, int nkb) {
   }
   return best;
 }
+
+// The persistent dense grid's splits: min(tiles · s, SMs) blocks walk tiles · s items by static
+// strides, so the busiest block runs ceil(tiles · s / SMs) items of ceil(nkb / s) stages, each
+// split item also paying its partial (kSplitItemCostStages); the pipeline fills once a block.
+// The fewest such stages, fewest splits on ties; at most kMaxSplits and at least 2 stages a split.
+// E.g. V3.2's dense gate + up at one token (288 row blocks, 28 stages): 4 splits, 9 items of 7
+// (+1) on the busiest SM = 72, against 3 waves of 2 splits' 14 (+4 fill) = 54 for gate alone.
+int choose_persistent_splits(int64_t tiles, int nkb) {
+  const int64_t sms = sm_count();
+  int best = 1;
+  int64_t best_cost = -1;
+  for (int s = 1; s <= std::min(kMaxSplits, std::max(1, nkb / 2)); ++s) {
+    const int per = (nkb + s - 1) / s;
+    const int real = (nkb + per - 1) / per;
+    if (real != s) continue;
+    const int64_t items = (tiles * s + sms - 1) / sms;
+    const int64_t cost = items * (per + (s > 1 ? kSplitItemCostStages : 0));
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
+
+// The dense grid (OSPREY_FP8_DENSE_GRID=waves|persistent; waves, the default). The persistent
+// grid measured no faster (H100, bench kernels --op gemm --m 1,16,32, 2026-12-06: within 1% on
+// every group and linear at 1 and 16 tokens, 5% slower on the dense gate + up and down at 32;
+// H200 bench step graph B = 1 / 16: 1.971 / 4.766 ms against 1.959 / 4.626 with waves), so it
+// stays a variant.
+DenseGrid g_dense_grid = [] {
+  const char* e = std::getenv("OSPREY_FP8_DENSE_GRID");
+  if (!e || !*e) return DenseGrid::kWaves;
+  const std::string v = e;
+  OSPREY_CHECK(v == "waves" || v == "persistent",
+               "OSPREY_FP8_DENSE_GRID must be waves or persistent, not '", v, "'");
+  return v == "waves" ? DenseGrid::kWaves : DenseGrid::kPersistent;
+}();
+// Several linears of one x in one launch (OSPREY_FP8_DENSE_GROUP=0: a launch each).
+bool g_dense_group = [] {
+  const char* e = std::getenv("OSPREY_FP8_DENSE_GROUP");
+  return !(e && e[0] == '0');
+}();
 }  // namespace
 
 void set_fp8_swapab(bool allow) {
@@ -815,36 +914,53 @@ void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, in
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
-void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
-                              const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
-                              int64_t K) {
-  OSPREY_CHECK(K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && N >= 1 &&
-                   N < (int64_t(1) << 31) && is_f32_or_bf16(y_type),
-               "fp8_swapab_linear: n ", n, ", N ", N, ", K ", K);
+void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, const uint8_t* x8,
+                               const float* xs, int64_t n, int64_t K) {
+  OSPREY_CHECK(
+      K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && is_f32_or_bf16(y_type) && !outs.empty(),
+      "fp8_swapab_linear: n ", n, ", K ", K, ", ", outs.size(), " linears");
+  if (!g_dense_group && outs.size() > 1) {
+    for (const DenseLinear& o : outs) launch_fp8_swapab_linears({&o, 1}, y_type, x8, xs, n, K);
+    return;
+  }
+  if (outs.size() > size_t(kMaxDenseSegs)) {  // launches of kMaxDenseSegs linears
+    launch_fp8_swapab_linears(outs.first(kMaxDenseSegs), y_type, x8, xs, n, K);
+    launch_fp8_swapab_linears(outs.subspan(kMaxDenseSegs), y_type, x8, xs, n, K);
+    return;
+  }
   // One token tile of 16, 32 or 64 (the weights stream from DRAM once); past 64, a bench variant,
-  // tiles of 64 side by side (the grid's fastest dimension), so their weight reads after the first
-  // come from L2.
+  // tiles of 64 side by side (consecutive items), so their weight reads after the first come from
+  // L2.
   const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
-  const int64_t row_blocks = (N + kBM - 1) / kBM, ttiles = (n + bn - 1) / bn;
-  const int nsb = int((K / kGroup + g_dense_groups - 1) / g_dense_groups);  // stages of K
-  const int splits = choose_splits(row_blocks * ttiles, nsb);
   Params p{};
-  p.w8 = w8;
-  p.w_scale = w_scale;
+  int64_t rbs = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const DenseLinear& o = outs[i];
+    OSPREY_CHECK(o.N >= 1 && o.N < (int64_t(1) << 31), "fp8_swapab_linear: N ", o.N);
+    p.segs[i] = DenseSeg{o.y, o.w8, o.w_scale, o.N, int(rbs)};
+    rbs += (o.N + kBM - 1) / kBM;
+  }
+  const int64_t ttiles = (n + bn - 1) / bn, tiles = rbs * ttiles;
+  OSPREY_CHECK(tiles * kMaxSplits < (int64_t(1) << 31), "fp8_swapab_linear: ", tiles, " tiles");
+  const int nsb = int((K / kGroup + g_dense_groups - 1) / g_dense_groups);  // stages of K
+  const bool persistent = g_dense_grid == DenseGrid::kPersistent;
+  const int splits = persistent ? choose_persistent_splits(tiles, nsb) : choose_splits(tiles, nsb);
+  p.n_segs = int(outs.size());
+  p.ttiles = int(ttiles);
+  p.rbs = int(rbs);
+  p.n_items = int(tiles * splits);
   p.x8 = x8;
   p.xs = xs;
   p.n = n;
-  p.N = N;
   p.K = K;
-  p.y = y;
   p.splits = splits;
   if (splits > 1) {
-    const size_t tiles = size_t(row_blocks * ttiles);
-    p.ws = static_cast<float*>(
-        scratch(kScratchGemmSplit, tiles * splits * kConsumers * size_t(bn / 2) * sizeof(float)));
-    p.counters = split_counters(tiles);
+    p.ws = static_cast<float*>(scratch(
+        kScratchGemmSplit, size_t(tiles) * splits * kConsumers * size_t(bn / 2) * sizeof(float)));
+    p.counters = split_counters(size_t(tiles));
   }
-  const dim3 grid{unsigned(ttiles), unsigned(row_blocks), unsigned(splits)};
+  const dim3 grid{unsigned(persistent ? std::min<int64_t>(p.n_items, sm_count()) : p.n_items), 1u,
+                  1u};
   if (g_dense_groups == 1) {
     if (y_type == DType::F32)
       launch_dense<1, float>(p, grid, bn);
@@ -856,6 +972,25 @@ void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const fl
     else
       launch_dense<2, bf16>(p, grid, bn);
   }
+}
+
+void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
+                              const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
+                              int64_t K) {
+  const DenseLinear one{y, w8, w_scale, N};
+  launch_fp8_swapab_linears({&one, 1}, y_type, x8, xs, n, K);
+}
+
+DenseGrid set_fp8_swapab_dense_grid(DenseGrid g) {
+  const DenseGrid was = g_dense_grid;
+  g_dense_grid = g;
+  return was;
+}
+
+bool set_fp8_swapab_dense_group(bool on) {
+  const bool was = g_dense_group;
+  g_dense_group = on;
+  return was;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 #include "ops/cuda/moe_experts.cuh"
@@ -49,6 +50,28 @@ int64_t fp8_swapab_max_tokens();
 void launch_fp8_swapab_linear(void* y, DType y_type, const uint8_t* x8, const float* xs,
                               const uint8_t* w8, const float* w_scale, int64_t n, int64_t N,
                               int64_t K);
+// One linear of launch_fp8_swapab_linears: y [n, N] = x8 · W8ᵀ, W8 [N, K] e4m3 with its scales
+// [ceil(N/128), K/128].
+struct DenseLinear {
+  void* y;
+  const uint8_t* w8;
+  const float* w_scale;
+  int64_t N;
+};
+// Several linears of one x (x8 [n, K], xs [n, K/128]; every y of y_type) in one launch (up to 4;
+// more go in launches of 4): their row blocks laid end to end, one grid. The same per-item
+// arithmetic as a launch each, whose split-K choice may differ (set_fp8_swapab_dense_group).
+void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, const uint8_t* x8,
+                               const float* xs, int64_t n, int64_t K);
+// The dense grid: kWaves (the default: one block an item, the waves' split choice) or persistent
+// (a variant, measured no faster: min(items, SMs) blocks walking the items by static strides,
+// splits chosen for the busiest block); OSPREY_FP8_DENSE_GRID=waves|persistent. Returns the
+// previous setting.
+enum class DenseGrid { kWaves, kPersistent };
+DenseGrid set_fp8_swapab_dense_grid(DenseGrid g);
+// Whether launch_fp8_swapab_linears puts its linears in one launch (default;
+// OSPREY_FP8_DENSE_GROUP=0 launches each alone). Returns the previous setting.
+bool set_fp8_swapab_dense_group(bool on);
 
 // Grouped experts over a schedule of tile_rows-row tiles (moe_schedule.h with that tile size;
 // tile_rows kSwapAbMoeTileRows or kSwapAbMoePrefillTileRows):

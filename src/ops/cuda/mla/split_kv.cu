@@ -4,9 +4,13 @@
 //   kPlanThreads (the blocks per token), the runs' first blocks (a thread a run, a binary search
 //   over the tokens' costs: ops/mla_plan.h, also the host reference), then a second scan (each
 //   token's runs, by binary search over part_start in shared memory, and the partial slots).
-// mla_combine_kernel: grid [n_tokens, ceil(H / kCombineHeads)], a warp per head; a token with one
-//   split returns at once. out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M), M = max_s lse_s,
-//   lse = (M + log2 Σ_s 2^(lse_s − M)) · ln 2.
+// mla_combine_kernel: grid [min(n_tokens, n_parts − 1), H / heads], heads × 128 threads; block
+//   (k, y) merges split token split_list[1 + k] (blocks past the count split_list[0] return at
+//   once), heads y·heads .. of it, 128 threads a head, 4 of the kv_lora = 512 columns a thread.
+//   out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M), M = max_s lse_s (each warp of a head
+//   reduces M and the sum over the ≤ n_parts splits itself), lse = (M + log2 Σ_s 2^(lse_s − M))
+//   · ln 2. The partials are summed in split order, kCombineUnroll splits' loads in flight a
+//   thread.
 #include <cub/block/block_scan.cuh>
 
 #include <climits>
@@ -20,19 +24,28 @@ namespace osprey::ops::cuda {
 
 namespace {
 constexpr int kPlanThreads = 1024;
-constexpr int kCombineHeads = 4;  // warps (heads) per combine block
+// Heads a combine block: 1 when few tokens can be split (B = 1 decode: 128 blocks over the one
+// token's 8 MB of partials instead of 32), 4 otherwise (fewer blocks that exit at once).
+constexpr int kCombineFewTokens = 16;
+constexpr int kCombineMaxHeads = 4;
+constexpr int kCombineThreadsPerHead = 128;  // 4 of the 512 latent columns a thread
+// Splits whose partial loads a thread has in flight at once (predicated past ns). B = 1: 32
+// splits × 128 heads × 512 F32 = 8 MB just written (in L2); 16K threads × 4 loads of 16 B in
+// flight took 11.1 µs (H200, Nsight Compute: 8 rounds of L2 latency a thread), so 16: 2 rounds.
+constexpr int kCombineUnroll = 16;
 constexpr float kLn2 = 0.6931471805599453f;
 
 __global__ void __launch_bounds__(kPlanThreads)
     mla_plan_kernel(int32_t* __restrict__ cum, int32_t* __restrict__ split_base,
                     int32_t* __restrict__ part_start_out, int32_t* __restrict__ first_part,
-                    int32_t* __restrict__ n_splits, const int32_t* __restrict__ positions,
-                    int n_tokens, int32_t clamp, int n_parts, int32_t fixed) {
+                    int32_t* __restrict__ n_splits, int32_t* __restrict__ split_list,
+                    const int32_t* __restrict__ positions, int n_tokens, int32_t clamp, int n_parts,
+                    int32_t fixed) {
   pdl_wait();
   pdl_trigger();
   using Scan = cub::BlockScan<int32_t, kPlanThreads>;
   __shared__ typename Scan::TempStorage tmp;
-  __shared__ int32_t carry, pl;
+  __shared__ int32_t carry, carry_split, pl;
   __shared__ int32_t part_start[kMlaMaxParts + 1];
   if (threadIdx.x == 0) carry = 0;
   __syncthreads();
@@ -59,6 +72,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     part_start_out[p] = s0;
   }
   __syncthreads();
+  if (threadIdx.x == 0) carry_split = 0;
   for (int base = 0; base < n_tokens; base += kPlanThreads) {
     const int t = base + int(threadIdx.x);
     int32_t slots = 0;
@@ -72,60 +86,94 @@ __global__ void __launch_bounds__(kPlanThreads)
     int32_t excl = 0, sum = 0;
     Scan(tmp).ExclusiveSum(slots, excl, sum);
     if (t < n_tokens) split_base[t] = carry + excl;
+    __syncthreads();  // tmp is reused by the next scan
+    // The split tokens in order: split_list[1 + j] = the j-th token with more than one run.
+    const int32_t is_split = slots > 0 ? 1 : 0;
+    int32_t sexcl = 0, ssum = 0;
+    Scan(tmp).ExclusiveSum(is_split, sexcl, ssum);
+    if (is_split) split_list[1 + carry_split + sexcl] = t;
     __syncthreads();
-    if (threadIdx.x == 0) carry += sum;
+    if (threadIdx.x == 0) {
+      carry += sum;
+      carry_split += ssum;
+    }
     __syncthreads();
   }
-  if (threadIdx.x == 0) split_base[n_tokens] = carry;
+  if (threadIdx.x == 0) {
+    split_base[n_tokens] = carry;
+    split_list[0] = carry_split;
+  }
 }
 
 template <typename To>
-__global__ void mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse,
-                                   const float* __restrict__ part_o,
-                                   const float* __restrict__ part_lse,
-                                   const int32_t* __restrict__ n_splits,
-                                   const int32_t* __restrict__ split_base, int H, int kv_lora) {
+__global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead)
+    mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse,
+                       const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                       const int32_t* __restrict__ n_splits, const int32_t* __restrict__ split_base,
+                       const int32_t* __restrict__ split_list, int H, int kv_lora) {
   pdl_wait();
   pdl_trigger();
-  const int t = blockIdx.x;
-  const int h = blockIdx.y * kCombineHeads + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
+  const int k = int(blockIdx.x);
+  if (k >= split_list[0]) return;
+  const int t = split_list[1 + k];
+  const int heads = int(blockDim.x) / kCombineThreadsPerHead;
+  const int h = int(blockIdx.y) * heads + int(threadIdx.x) / kCombineThreadsPerHead;
+  const int ht = int(threadIdx.x) % kCombineThreadsPerHead, lane = int(threadIdx.x) & 31;
   if (h >= H) return;
   const int ns = n_splits[t];
-  if (ns <= 1) return;
   const int slot0 = split_base[t];
+  const float* lse_s = part_lse + int64_t(slot0) * H + h;  // split s at lse_s[s·H]
+  // M and Σ 2^(lse_s − M), each warp on its own (lanes over the splits, then a warp reduction).
   float M = -INFINITY;
-  for (int s = 0; s < ns; ++s) M = fmaxf(M, part_lse[int64_t(slot0 + s) * H + h]);
+  for (int s = lane; s < ns; s += 32) M = fmaxf(M, lse_s[int64_t(s) * H]);
+  M = warp_max(M);
   To* o = out + (int64_t(t) * H + h) * kv_lora;
   if (M == -INFINITY) {  // nothing attended in any split
-    for (int c = lane; c < kv_lora; c += 32) o[c] = from_f32<To>(0.0f);
-    if (lse && lane == 0) lse[int64_t(t) * H + h] = -INFINITY;
+    for (int c = ht; c < kv_lora; c += kCombineThreadsPerHead) o[c] = from_f32<To>(0.0f);
+    if (lse && ht == 0) lse[int64_t(t) * H + h] = -INFINITY;
     return;
   }
-  float wsum = 0.0f;
-  for (int s = 0; s < ns; ++s) wsum += exp2f(part_lse[int64_t(slot0 + s) * H + h] - M);
+  float part = 0.0f;
+  for (int s = lane; s < ns; s += 32) part += exp2f(lse_s[int64_t(s) * H] - M);
+  // the same total in every lane, and in every warp of the head (the same lane order)
+  const float wsum = warp_sum(part);
   const float inv = 1.0f / wsum;
-  for (int c = lane * 4; c < kv_lora; c += 128) {
+  const int64_t o_stride = int64_t(H) * kv_lora;  // floats between one split's partial and the next
+  for (int c = ht * 4; c < kv_lora; c += kCombineThreadsPerHead * 4) {
+    const float* po = part_o + (int64_t(slot0) * H + h) * kv_lora + c;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < ns; ++s) {
-      const float w = exp2f(part_lse[int64_t(slot0 + s) * H + h] - M) * inv;
-      const float4 v =
-          *reinterpret_cast<const float4*>(part_o + (int64_t(slot0 + s) * H + h) * kv_lora + c);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+    for (int s = 0; s < ns; s += kCombineUnroll) {
+      float4 v[kCombineUnroll];
+      float w[kCombineUnroll];
+#pragma unroll
+      for (int u = 0; u < kCombineUnroll; ++u) {
+        const bool ok = s + u < ns;
+        v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s + u) * o_stride))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
+        w[u] = ok ? lse_s[int64_t(s + u) * H] : -INFINITY;
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineUnroll; ++u) {
+        if (s + u >= ns) break;
+        const float wu = exp2f(w[u] - M) * inv;
+        acc.x += wu * v[u].x;
+        acc.y += wu * v[u].y;
+        acc.z += wu * v[u].z;
+        acc.w += wu * v[u].w;
+      }
     }
     o[c] = from_f32<To>(acc.x);
     o[c + 1] = from_f32<To>(acc.y);
     o[c + 2] = from_f32<To>(acc.z);
     o[c + 3] = from_f32<To>(acc.w);
   }
-  if (lse && lane == 0) lse[int64_t(t) * H + h] = (M + log2f(wsum)) * kLn2;
+  if (lse && ht == 0) lse[int64_t(t) * H + h] = (M + log2f(wsum)) * kLn2;
 }
 
 // The cached plan: one grow-only device allocation and the key it was built for.
 struct PlanCache {
-  // [cum: n + 1 | split_base: n + 1 | first_part: n | n_splits: n | part_start: n_parts + 1]
+  // [cum: n + 1 | split_base: n + 1 | first_part: n | n_splits: n | part_start: n_parts + 1 |
+  //  split_list: n_parts (the count, then the split tokens: at most n_parts − 1)]
   int32_t* buf = nullptr;
   int64_t capacity = 0;  // int32 entries
   bool valid = false;
@@ -150,7 +198,7 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32
   const int n = m.n_tokens;
   OSPREY_CHECK(n_parts >= 1 && n_parts <= kMlaMaxParts && fixed >= 0, "MLA split plan: ", n_parts,
                " parts (1..", kMlaMaxParts, "), per-token cost ", fixed);
-  const int64_t need = 4 * int64_t(n) + 2 + n_parts + 1;
+  const int64_t need = 4 * int64_t(n) + 2 + 2 * int64_t(n_parts) + 1;
   PlanCache& c = g_plan;
   // CUDA graphs: the runner forgets the cache before a capture, so layer 0 captures the plan
   // kernel (a node rebuilding the plan from device positions each replay); growth only in the eager
@@ -167,11 +215,12 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32
   int32_t* const first_part = split_base + n + 1;
   int32_t* const n_splits = first_part + n;
   int32_t* const part_start = n_splits + n;
+  int32_t* const split_list = part_start + n_parts + 1;
   const bool hit = c.valid && m.fingerprint != 0 && c.fingerprint == m.fingerprint &&
                    c.n_tokens == n && c.n_parts == n_parts && c.clamp == clamp && c.fixed == fixed;
   if (!hit) {
     launch_pdl(mla_plan_kernel, 1, kPlanThreads, 0, cum, split_base, part_start, first_part,
-               n_splits, m.positions.ptr<int32_t>(), n,
+               n_splits, split_list, m.positions.ptr<int32_t>(), n,
                int32_t(std::min<int64_t>(clamp, INT32_MAX)), n_parts, fixed);
     OSPREY_CUDA_LAUNCH_CHECK();
     ++g_plan_builds;
@@ -188,6 +237,7 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32
   p.part_start = part_start;
   p.first_part = first_part;
   p.n_splits = n_splits;
+  p.split_list = split_list;
   p.n_tokens = n;
   p.n_parts = n_parts;
   p.max_slots = std::max(1, 2 * (n_parts - 1));
@@ -197,13 +247,19 @@ MlaPlan mla_split_plan(const AttentionMeta& m, int64_t clamp, int n_parts, int32
 void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_o,
                         const float* part_lse, const MlaPlan& plan, int H, int kv_lora) {
   if (plan.n_tokens == 0 || plan.n_parts <= 1) return;  // one part: no token is ever split
-  const dim3 grid(unsigned(plan.n_tokens), unsigned((H + kCombineHeads - 1) / kCombineHeads));
+  OSPREY_CHECK(kv_lora == kCombineThreadsPerHead * 4, "MLA combine: kv_lora ", kv_lora,
+               " (the kernel takes 512)");
+  // At most n_parts − 1 tokens are split (each holds a run boundary inside its blocks).
+  const int split_tokens = std::min(plan.n_tokens, plan.n_parts - 1);
+  const int heads = split_tokens <= kCombineFewTokens ? 1 : kCombineMaxHeads;
+  const dim3 grid(unsigned(split_tokens), unsigned((H + heads - 1) / heads));
+  const unsigned threads = unsigned(heads * kCombineThreadsPerHead);
   if (out_bf16)
-    launch_pdl(mla_combine_kernel<bf16>, grid, kCombineHeads * 32, 0, static_cast<bf16*>(out), lse,
-               part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
+    launch_pdl(mla_combine_kernel<bf16>, grid, threads, 0, static_cast<bf16*>(out), lse, part_o,
+               part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora);
   else
-    launch_pdl(mla_combine_kernel<float>, grid, kCombineHeads * 32, 0, static_cast<float*>(out),
-               lse, part_o, part_lse, plan.n_splits, plan.split_base, H, kv_lora);
+    launch_pdl(mla_combine_kernel<float>, grid, threads, 0, static_cast<float*>(out), lse, part_o,
+               part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora);
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 

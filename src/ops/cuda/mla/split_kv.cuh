@@ -14,6 +14,8 @@
 //                                  may be empty only at a token's first block
 //   first_part [n_tokens]     I32  the run holding token t's first block
 //   n_splits   [n_tokens]     I32  runs holding token t's blocks (consecutive, all non-empty)
+//   split_list [n_parts]      I32  the number of split tokens (n_splits > 1; at most n_parts − 1,
+//                                  each holds a run boundary), then those tokens in order
 // The plan depends only on (n_tokens, each L_t, n_parts, fixed): the batch fingerprint of ops/
 // attention_meta.h with the call's constants. mla_split_plan() keeps the last plan and rebuilds it
 // only when these change (or the fingerprint is unknown, 0), so a step builds it once for all its
@@ -38,6 +40,7 @@ struct MlaPlan {
   const int32_t* part_start = nullptr;  // [n_parts + 1]
   const int32_t* first_part = nullptr;  // [n_tokens]
   const int32_t* n_splits = nullptr;    // [n_tokens]
+  const int32_t* split_list = nullptr;  // [n_parts]: count, then the split tokens
   int n_tokens = 0;
   int n_parts = 0;
   int max_slots = 0;  // partial slots a plan can need: ≤ 2·(n_parts − 1), at least 1
