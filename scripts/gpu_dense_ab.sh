@@ -5,9 +5,11 @@
 # the dense path as before, then Nsight Compute's per-kernel times of the B = 1 step.
 #   [TESTS=...] [TEST_S=170] [STEPS="new old waves nogroup"] [KERNELS=0|1] DL=SECONDS \
 #     scripts/gpu_dense_ab.sh CARRY_DIR [LOG_DIR=$OUT]
-# Step variants: new (the defaults), old (OSPREY_FP8_DENSE_GRID=waves OSPREY_FP8_DENSE_GROUP=0:
-# one block an item, a launch a linear), waves (OSPREY_FP8_DENSE_GRID=waves), nogroup
-# (OSPREY_FP8_DENSE_GROUP=0). KERNELS=1 adds `bench kernels --op gemm --m 1,16,32`.
+# Step variants: new and new_b (the defaults), old (OSPREY_FP8_DENSE_GRID=waves
+# OSPREY_FP8_DENSE_GROUP=0: one block an item, a launch a linear), waves
+# (OSPREY_FP8_DENSE_GRID=waves), nogroup (OSPREY_FP8_DENSE_GROUP=0), group64 and group64_b
+# (OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64). STEP_BATCH (env): bench step's --batch (1,16,64).
+# KERNELS=1 adds `bench kernels --op gemm --m 1,16,32`; NCU=0 leaves out Nsight Compute.
 # CARRY_DIR holds carry.txz (bin/: osprey and the test binaries; lib/: their libraries; tok/:
 # DeepSeek-V3's tokenizer.json), packed by a CUDA build here. DL: seconds this script may take
 # (default 540). Prints a summary at the end; logs in LOG_DIR (at most 8 files).
@@ -57,7 +59,7 @@ echo "tests took $((SECONDS - t0)) s" >> "$sum"
 step() {  # label env...
   local label=$1; shift
   [[ $(left) -gt 100 ]] || { echo "skip $label (time)" >> "$sum"; return; }
-  env "$@" timeout 150 "$B/osprey" bench step --preset dsv32 --load-format dummy --batch 1,16,64 \
+  env "$@" timeout 150 "$B/osprey" bench step --preset dsv32 --load-format dummy --batch "${STEP_BATCH:-1,16,64}" \
     --context 5000 --warmup 5 --iters 20 --cuda-graph > "$log/step_$label.log" 2>&1
   echo "== bench step $label (rc $?)" >> "$sum"
   grep -E 'ceilings|^decode|^graph' "$log/step_$label.log" | sort -u | head -20 >> "$sum"
@@ -69,20 +71,26 @@ for v in ${STEPS:-new old waves nogroup}; do
     old) step old OSPREY_FP8_DENSE_GRID=waves OSPREY_FP8_DENSE_GROUP=0 ;;
     waves) step waves OSPREY_FP8_DENSE_GRID=waves ;;
     nogroup) step nogroup OSPREY_FP8_DENSE_GROUP=0 ;;
+    new_b) step new_b OSPREY_PDL=1 ;;
+    group64) step group64 OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64 ;;
+    group64_b) step group64_b OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64 ;;
   esac
 done
 
 # 2b. KERNELS=1 (env): the FP8 linears alone at decode token counts (bench kernels --op gemm:
 #     each projection, then the linears of one input grouped and not, on both grids).
+#     KERNEL_M (env): its token counts (default 1,16,32); KERNEL_ENV: its environment (e.g.
+#     OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64).
 if [[ ${KERNELS:-0} == 1 && $(left) -gt 120 ]]; then
-  timeout 150 "$B/osprey" bench kernels --op gemm --m 1,16,32 > "$log/kernels_gemm.log" 2>&1
-  echo "== bench kernels --op gemm --m 1,16,32 (rc $?)" >> "$sum"
+  env ${KERNEL_ENV:-OSPREY_PDL=1} timeout 150 "$B/osprey" bench kernels --op gemm --m "${KERNEL_M:-1,16,32}" \
+    > "$log/kernels_gemm.log" 2>&1
+  echo "== ${KERNEL_ENV:-} bench kernels --op gemm --m ${KERNEL_M:-1,16,32} (rc $?)" >> "$sum"
   grep -A40 'linears of one x' "$log/kernels_gemm.log" >> "$sum"
 fi
 
 # 3. Nsight Compute: per-kernel times of the eager B = 1 step (kernels one at a time, so PDL
 #    does not change them); summed by name.
-if [[ $(left) -gt 90 ]] && command -v ncu >/dev/null; then
+if [[ ${NCU:-1} == 1 && $(left) -gt 90 ]] && command -v ncu >/dev/null; then
   timeout $(( $(left) - 30 )) ncu --metrics gpu__time_duration.sum --csv --clock-control none \
     "$B/osprey" bench step --preset dsv32 --load-format dummy --batch 1 --context 5000 --warmup 1 \
     --iters 2 > "$log/ncu_b1.csv" 2> "$log/ncu_b1_sums.txt"

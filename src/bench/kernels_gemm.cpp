@@ -134,10 +134,10 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
   if (!o.ms.empty()) {
     ms.clear();
     for (int64_t m : o.ms)
-      if (m <= 32) ms.push_back(m);
+      if (m <= ops::cuda::kSwapAbMaxTokens) ms.push_back(m);
   }
-  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %10s\n", "linears of one x", "M", "K",
-              "time_us", "GB/s", "%copy", "waves_us", "each_us", "old_us", "rel_diff");
+  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %10s %s\n", "linears of one x", "M", "K",
+              "time_us", "GB/s", "%copy", "waves_us", "each_us", "old_us", "rel_diff", "path");
   uint64_t seed = o.seed * 3000;
   for (const Group& g : groups) {
     std::vector<DevFp8> ws;
@@ -173,6 +173,8 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
         return us;
       };
       using ops::cuda::DenseGrid;
+      run();
+      const std::string path = ops::cuda::last_fp8_gemm_path();
       const double t = time_us(DenseGrid::kPersistent, true);
       const double t_waves = time_us(DenseGrid::kWaves, true);
       const double t_each = time_us(DenseGrid::kPersistent, false);
@@ -183,6 +185,7 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
       const DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(DenseGrid::kWaves);
       const bool was_group = ops::cuda::set_fp8_swapab_dense_group(false);
       ops::cuda::linears(x, std::span<const LinearOut>(outs_old));
+      const std::string old_path = ops::cuda::last_fp8_gemm_path();
       ops::cuda::set_fp8_swapab_dense_grid(was_grid);
       ops::cuda::set_fp8_swapab_dense_group(was_group);
       cuda::synchronize();
@@ -197,12 +200,15 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
         }
         diff = std::max(diff, std::sqrt(num / std::max(den, 1e-30)));
       }
+      // The same kernel: the split-K order only; swap-AB against cuBLASLt (past the single limit,
+      // with the grouped one raised): both W8A8, as run_gemm's rows.
+      const double max_diff = old_path == path ? 1e-5 : 2e-2;
       const double gbs = bytes / (t * 1e-6) / 1e9;
-      std::printf("%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %10.2e%s\n", g.what,
+      std::printf("%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %10.2e %s%s\n", g.what,
                   static_cast<long long>(m), static_cast<long long>(g.in), t, gbs,
-                  100 * gbs / copy_gbs, t_waves, t_each, t_old, diff,
-                  diff <= 1e-5 ? "" : "  CHECK FAILED");
-      OSPREY_CHECK(diff <= 1e-5, g.what, " M ", m,
+                  100 * gbs / copy_gbs, t_waves, t_each, t_old, diff, path.c_str(),
+                  diff <= max_diff ? "" : "  CHECK FAILED");
+      OSPREY_CHECK(diff <= max_diff, g.what, " M ", m,
                    ": the grouped launch differs from a launch each (", diff, ")");
       std::fflush(stdout);
     }
@@ -212,7 +218,9 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
       "F32; bytes = the weights (e4m3) + scales + x + y; time_us = one launch on the persistent "
       "grid (a variant), waves_us = one launch, one block an item (the mainline), each_us = a "
       "launch each on the persistent grid, old_us = a launch each, one block an item; rel_diff = "
-      "the persistent grouped launch vs old, F32 sums in another order)\n",
+      "the persistent grouped launch vs old, F32 sums in another order; path = what the grouped "
+      "call ran: past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS (default 32) a cuBLASLt GEMM each, "
+      "every column the same)\n",
       o.iters, o.warmup);
 }
 

@@ -7,6 +7,7 @@
 // with uniform routing, one expert holding every token, and idle experts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -199,6 +200,38 @@ TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
       }
     }
   }
+}
+
+// The grouped launch's own token limit (OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS) raised to 64: the
+// linears of one x at 33..64 tokens run in one swap-AB launch (one 64-token tile), each y within
+// the CPU twin's tolerance, while a linear alone at 64 tokens stays with cuBLASLt; and the graph
+// runner's thresholds name the limit (a padded step never crosses it).
+TEST(CudaOps, LinearsOfOneInputPastTheSingleLimit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const int64_t was = ops::cuda::fp8_swapab_group_max_tokens();
+  ops::cuda::set_fp8_swapab_group_max_tokens(64);
+  const std::vector<int64_t> th = ops::cuda::token_path_thresholds();
+  EXPECT_NE(std::find(th.begin(), th.end(), int64_t(64)), th.end());
+  const Fp8Weight qa = random_fp8(1536, 7168), kva = random_fp8(576, 7168);
+  const LinearWeight dqa = qa.dev(), dkva = kva.dev();
+  for (int64_t n : {int64_t(33), int64_t(64)}) {
+    Buffer xh = rand_f32({n, 7168}, -2.0f, 2.0f);
+    DeviceBuffer x = upload(xh);
+    DeviceBuffer y1 = poisoned(DType::F32, {n, 1536}), y2 = poisoned(DType::F32, {n, 576});
+    ops::linears(x, {{y1, &dqa}, {y2, &dkva}});
+    EXPECT_STREQ(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "n " << n;
+    for (const auto& [w, y] : {std::pair{&qa, &y1}, std::pair{&kva, &y2}}) {
+      Buffer ref(DType::F32, {n, w->w.view().size(0)});
+      ops::cpu::linear_w8a8(ref, xh, w->host());
+      expect_close(strf("grouped past 32, n %lld", static_cast<long long>(n)), download(*y), ref,
+                   kTolF32);
+    }
+    DeviceBuffer y3 = poisoned(DType::F32, {n, 1536});
+    ops::linear(y3, x, qa.dev());
+    EXPECT_STRNE(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "a linear alone, n " << n;
+  }
+  ops::cuda::set_fp8_swapab_group_max_tokens(was);
 }
 
 // x quantised by its producer (ops::rms_norm_multi writing an Fp8Act, as the model's norms do on

@@ -367,7 +367,7 @@ void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearO
   for (const LinearOut& o : outs) {
     const LinearWeight& w = *o.w;
     shared = shared && w.weight.dtype == DType::F8_E4M3 && w.weight.device == Device::CUDA &&
-             w.in() == in && fp8_swapab_serves(n, w.out(), in);
+             w.in() == in && fp8_swapab_group_serves(n, w.out(), in);
   }
   if (!shared) {
     for (const LinearOut& o : outs) linear_impl(o.y, x, xq, xb, *o.w);
@@ -414,7 +414,8 @@ void linear(Tensor y, Tensor x, const LinearWeight& w) {
 }
 
 std::vector<int64_t> token_path_thresholds() {
-  std::vector<int64_t> t{fp8_swapab_max_tokens(), kSwapAbMaxTokens};  // dense; MoE decode (moe.cu)
+  // dense, single and grouped; MoE decode (moe.cu)
+  std::vector<int64_t> t{fp8_swapab_max_tokens(), fp8_swapab_group_max_tokens(), kSwapAbMaxTokens};
   std::sort(t.begin(), t.end());
   t.erase(std::unique(t.begin(), t.end()), t.end());
   return t;

@@ -669,22 +669,28 @@ int g_dense_groups = 2;  // k-blocks a stage on the dense path (bench variant: 1
 // weights streamed once) cuBLASLt still wins at 64 tokens (H200, 2026-12-03: q_a_proj 24.0 against
 // 39.5 us; the whole dsv32 B=64 graph step 9.89 ms with 32 here against 10.34 ms with 64), so 32
 // stays. OSPREY_FP8_SWAPAB_MAX_TOKENS=N (0..128) sets it for A/B runs of whole steps.
+int64_t tokens_from_env(const char* name, int64_t fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(e, &end, 10);
+  OSPREY_CHECK(*end == 0 && x >= 0 && x <= kSwapAbMaxTokens, name, " must be an integer in 0..",
+               kSwapAbMaxTokens, ", not '", e, "'");
+  return x;
+}
 int64_t g_max_tokens = -1;  // -1: not read yet (max_tokens() reads the environment once)
 int64_t max_tokens() {
-  if (g_max_tokens < 0) {
-    const char* e = std::getenv("OSPREY_FP8_SWAPAB_MAX_TOKENS");
-    int64_t v = 32;
-    if (e && *e) {
-      char* end = nullptr;
-      const long long x = std::strtoll(e, &end, 10);
-      OSPREY_CHECK(*end == 0 && x >= 0 && x <= kSwapAbMaxTokens,
-                   "OSPREY_FP8_SWAPAB_MAX_TOKENS must be an integer in 0..", kSwapAbMaxTokens,
-                   ", not '", e, "'");
-      v = x;
-    }
-    g_max_tokens = v;
-  }
+  if (g_max_tokens < 0) g_max_tokens = tokens_from_env("OSPREY_FP8_SWAPAB_MAX_TOKENS", 32);
   return g_max_tokens;
+}
+// Most tokens a launch of several linears of one input (launch_fp8_swapab_linears from
+// ops::linears) takes, where one launch streams all their weights against a cuBLASLt GEMM each.
+// OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=N (0..128) for A/B runs; never below the single limit.
+int64_t g_group_max_tokens = -1;
+int64_t group_max_tokens() {
+  if (g_group_max_tokens < 0)
+    g_group_max_tokens = tokens_from_env("OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS", 32);
+  return std::max(g_group_max_tokens, max_tokens());
 }
 
 bool g_enabled = [] {
@@ -891,12 +897,24 @@ void set_fp8_swapab_dense_groups(int groups) {
 int64_t fp8_swapab_max_tokens() {
   return max_tokens();
 }
+void set_fp8_swapab_group_max_tokens(int64_t n) {
+  OSPREY_CHECK(n >= 0 && n <= kSwapAbMaxTokens, "fp8 swap-AB: at most ", kSwapAbMaxTokens,
+               " tokens, not ", n);
+  g_group_max_tokens = n;
+}
+int64_t fp8_swapab_group_max_tokens() {
+  return group_max_tokens();
+}
 bool fp8_swapab_enabled() {
   return g_enabled;
 }
 
 bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K) {
   return g_enabled && device_is_sm90() && n >= 1 && n <= max_tokens() && N >= 1 &&
+         K % kGroup == 0 && K > 0;
+}
+bool fp8_swapab_group_serves(int64_t n, int64_t N, int64_t K) {
+  return g_enabled && device_is_sm90() && n >= 1 && n <= group_max_tokens() && N >= 1 &&
          K % kGroup == 0 && K > 0;
 }
 

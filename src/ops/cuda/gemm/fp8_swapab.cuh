@@ -37,6 +37,12 @@ void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, in
 // multiple of 128, 1 ≤ n ≤ 32 — or the set_fp8_swapab_max_tokens value — and not disabled by
 // OSPREY_FP8_SWAPAB=0).
 bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K);
+// The same for a launch of several linears of one input (launch_fp8_swapab_linears), whose token
+// limit is its own: OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS / set_fp8_swapab_group_max_tokens (default
+// 32; never below the single limit).
+bool fp8_swapab_group_serves(int64_t n, int64_t N, int64_t K);
+void set_fp8_swapab_group_max_tokens(int64_t n);
+int64_t fp8_swapab_group_max_tokens();
 // Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
 bool fp8_swapab_enabled();
 // The dense path's k-blocks a pipeline stage (2, the default, or 1): a kernel variant the
