@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "model/dp_batch.h"
@@ -33,6 +34,18 @@ void recent_positions(Tensor topk, Tensor positions) {
   ops::copy(p, positions);
   select_recent_positions(t, p);
   ops::copy(topk, t);
+}
+// Whether the decode path's small byte-moving kernels are fused (q's rope into the absorption,
+// the indexer's key and query chains: issue 13). On unless OSPREY_ROPE_FUSION=0 (read once), which
+// runs the unfused composition, the same arithmetic in more kernels: the A/B of `bench step`.
+bool rope_fusion_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("OSPREY_ROPE_FUSION");
+    if (e == nullptr || std::string(e) == "1") return true;
+    OSPREY_CHECK(std::string(e) == "0", "OSPREY_ROPE_FUSION must be 0 or 1, got '", e, "'");
+    return false;
+  }();
+  return on;
 }
 }  // namespace
 
@@ -382,7 +395,11 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     ops::linears(x, in.fp8, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
   }
   const bool interleaved = c.rope_interleave;
-  ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
+  // q's rope goes into the absorption's kernel (ops::mla_absorb_q_rope) unless a dump wants the
+  // roped q apart; the expanded path ropes it alone below.
+  const bool rope_in_absorb = !o.dump && rope_fusion_enabled();
+  if (!rope_in_absorb)
+    ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
   if (o.dump) {  // the stages apart, to be dumped: the composition mla_kv_write fuses
     Tensor latent = alloc(f32, {T, kv_lora});  // [n_tokens, kv_lora]
     Tensor k_pe = alloc(f32, {T, 1, rope});    // [n_tokens, 1, rope]
@@ -428,6 +445,8 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
       (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
        !b.spec_decode && (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
+    if (rope_in_absorb)
+      ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
     // Decompress K/V for every cached position of every sequence in the batch.
     const int64_t L = kv_rows;
     Tensor ctx = alloc(f32, {L, kv_lora + rope});  // [Σ seq_lens, kv_lora + rope]
@@ -444,7 +463,11 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     ops::mla_attention_expanded(attn, q, k, v, b.attn, topk, softmax_scale_);
   } else {
     Tensor q_abs = alloc(f32, {T, H, kv_lora + rope});  // [n_tokens, H, kv_lora + rope]
-    ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
+    if (rope_in_absorb)
+      ops::mla_absorb_q_rope(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd, b.attn.positions,
+                             inv_freq_, rope_attention_factor_, interleaved);
+    else
+      ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
     // [n_tokens, H, kv_lora]; CUDA: in the unabsorb GEMM's dtype (BF16 for a BF16 kv_b), written
     // so by the attention kernel (the rounding the GEMM's input conversion made, moved there).
     const DType o_lat_type =
@@ -467,18 +490,40 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor top
   const IndexerWeights& w = weights_.layers[size_t(l)].attn.indexer;
   const int64_t T = b.attn.n_tokens, IH = c.index_n_heads, ID = c.index_head_dim;
   const int rope = c.qk_rope_head_dim;
+  Tensor index_keys = cache.index_keys(l);
+  const float w_scale = 1.0f / std::sqrt(float(IH));
+  Tensor weights = alloc(DType::F32, {T, IH});  // [n_tokens, IH] per-head weights (× IH^-0.5)
+  ops::linear(weights, x, w.weights_proj);
+  // Fused unless a dump wants the stages apart or OSPREY_ROPE_FUSION=0 (issue 13): the key's norm,
+  // rope and cache write in one op; with the FP8 key cache, q's rope, the weights' scale and q's
+  // quantisation in one.
+  const bool fused = !o.dump && rope_fusion_enabled();
+  if (fused && index_keys.dtype == DType::U8) {
+    ops::indexer_k_write(index_keys, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f, rope, inv_freq_,
+                         rope_attention_factor_, b.attn);
+    Tensor iq8 = alloc(DType::U8, {T, IH, ID});  // [n_tokens, IH, ID] e4m3
+    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × IH^-0.5 × q scales
+    ops::indexer_q_prep(iq8, w8, iq, weights, w_scale, rope, b.attn.positions, inv_freq_,
+                        rope_attention_factor_);
+    ops::indexer_topk(topk, iq8, w8, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
+    return;
+  }
+  if (fused) {
+    ops::indexer_k_write(index_keys, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f, rope, inv_freq_,
+                         rope_attention_factor_, b.attn);
+  }
   // iq [n_tokens, IH, ID]: rope dims first, then the rest
   ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
             /*interleaved=*/false);
-  Tensor ik = alloc(DType::F32, {T, 1, ID});  // [n_tokens, 1, ID]
-  ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
-  ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
-            /*interleaved=*/false);
-  ops::indexer_cache_write(cache.index_keys(l), ik.reshape({T, ID}), b.attn);
-  Tensor weights = alloc(DType::F32, {T, IH});  // [n_tokens, IH] per-head weights × IH^-0.5
-  ops::linear(weights, x, w.weights_proj);
-  ops::scale(weights, 1.0f / std::sqrt(float(IH)));
-  Tensor index_keys = cache.index_keys(l);
+  Tensor ik;  // [n_tokens, 1, ID] (the unfused path's key; a dump's stage)
+  if (!fused) {
+    ik = alloc(DType::F32, {T, 1, ID});
+    ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
+    ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
+              /*interleaved=*/false);
+    ops::indexer_cache_write(index_keys, ik.reshape({T, ID}), b.attn);
+  }
+  ops::scale(weights, w_scale);
   if (index_keys.dtype == DType::U8) {
     // The FP8 key cache (CUDA): q in e4m3 too, its per-head scales folded into the weights, as
     // DeepSeek's reference indexer (q8 · k8 on FP8 tensor cores).
@@ -540,14 +585,25 @@ void DeepseekModel::ffn(int l, const ops::NormOutputs& in, Tensor out,
     const int64_t begin = shard_.split_tp() ? std::min<int64_t>(T, shard_.rank * chunk) : 0;
     const int64_t end = shard_.split_tp() ? std::min<int64_t>(T, begin + chunk) : T;
     moe_expert_parallel(out, x, ids, wts, lw.experts, shard_, *comm_, begin, end, chunk, ws_);
-  } else {
-    ops::moe_experts(out, x, ids, wts, lw.experts);  // TP: a partial sum over I / tp
-  }
-  if (lw.has_shared) {
+    if (lw.has_shared) {
+      Tensor shared = alloc(DType::F32, {T, D});
+      mlp(lw.shared, in, shared);
+      if (shard_.split_tp()) comm_->all_reduce_sum(shared);
+      ops::add(out, out, shared);
+    }
+  } else if (lw.has_shared && out.dtype == DType::F32) {
+    // The shared expert first: the routed combine adds its output (routed + shared, one F32
+    // addition, as ops::add after it; issue 13: the add kernel gone). TP: both partial sums.
     Tensor shared = alloc(DType::F32, {T, D});
     mlp(lw.shared, in, shared);
-    if (shard_.expert_parallel() && shard_.split_tp()) comm_->all_reduce_sum(shared);
-    ops::add(out, out, shared);
+    ops::moe_experts(out, x, ids, wts, lw.experts, shared);
+  } else {
+    ops::moe_experts(out, x, ids, wts, lw.experts);  // TP: a partial sum over I / tp
+    if (lw.has_shared) {
+      Tensor shared = alloc(DType::F32, {T, D});
+      mlp(lw.shared, in, shared);
+      ops::add(out, out, shared);
+    }
   }
   // TP without EP: routed and shared partial sums reduced together, one all-reduce.
   if (shard_.split_experts_tp()) comm_->all_reduce_sum(out);

@@ -95,6 +95,11 @@ void rope(Tensor x, int offset, int rope_dim, Tensor positions, Tensor inv_freq,
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
   OSPREY_DISPATCH(mla_absorb_q, q_abs.device, q_abs, q, kv_b, nope, v);
 }
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved) {
+  OSPREY_DISPATCH(mla_absorb_q_rope, q_abs.device, q_abs, q, kv_b, nope, v, positions, inv_freq,
+                  attention_factor, interleaved);
+}
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
   OSPREY_DISPATCH(mla_unabsorb_out, out.device, out, o_lat, kv_b, nope);
 }
@@ -138,14 +143,25 @@ void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_ca
 void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights) {
   OSPREY_DISPATCH(indexer_quantize_q, q8.device, q8, weights_out, q, weights);
 }
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor,
+                     const AttentionMeta& m) {
+  OSPREY_DISPATCH(indexer_k_write, index_cache.device, index_cache, k_raw, norm_w, norm_b, eps,
+                  rope_dim, inv_freq, attention_factor, m);
+}
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor) {
+  OSPREY_DISPATCH(indexer_q_prep, q8.device, q8, weights_out, q, weights, weights_scale, rope_dim,
+                  positions, inv_freq, attention_factor);
+}
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p) {
   OSPREY_DISPATCH(moe_route, topk_ids.device, topk_ids, topk_weights, router_logits,
                   correction_bias, p);
 }
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts) {
-  OSPREY_DISPATCH(moe_experts, out.device, out, x, topk_ids, topk_weights, experts);
+                 const std::vector<MlpWeights>& experts, Tensor addend) {
+  OSPREY_DISPATCH(moe_experts, out.device, out, x, topk_ids, topk_weights, experts, addend);
 }
 void sample(Tensor tokens, Tensor logprobs, Tensor top_ids, Tensor logits, const SampleMeta& m) {
   OSPREY_DISPATCH(sample, tokens.device, tokens, logprobs, top_ids, logits, m);

@@ -54,8 +54,26 @@ void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
 void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);
+// The indexer's key, fused (issue 13: one kernel for three that only move bytes): with k_raw
+// [n_tokens, ID] (wk's output, F32 or BF16), k = layer_norm(k_raw, norm_w, norm_b, eps), then
+// rope(k, 0, rope_dim, m.positions, inv_freq, attention_factor, half-split) (ops/rope.h), then
+// indexer_cache_write(index_cache, k, m). The CPU twin is that composition of CPU ops. A slot of
+// −1 writes nothing on CUDA (the CPU twin refuses it).
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor, const AttentionMeta& m);
+// The indexer's FP8 query, fused (issue 13): with q [n_tokens, IH, ID] (wq_b's output before its
+// rope, F32 or BF16) and weights [n_tokens, IH] F32 (weights_proj's output), q' = rope(q, 0,
+// rope_dim, positions, inv_freq, attention_factor, half-split), w' = weights · weights_scale (F32
+// product, as ops::scale), then indexer_quantize_q(q8, weights_out, q', w'). q and weights are not
+// written. The CPU twin is that composition (on copies).
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor);
 namespace cpu {
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor, const AttentionMeta& m);
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
 void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);
@@ -63,6 +81,10 @@ void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights)
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void indexer_cache_write(Tensor index_cache, Tensor k, const AttentionMeta& m);
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor, const AttentionMeta& m);
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor);
 void indexer_topk(Tensor topk_indices, Tensor q, Tensor weights, Tensor index_cache,
                   const AttentionMeta& m, float scale);
 void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights);

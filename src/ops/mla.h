@@ -73,6 +73,13 @@ inline float mla_fp8_scale(float amax) {
 //   out   [n, H, v]              = o_lat·W_UV_hᵀ                 from o_lat [n, H, kv_lora]
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
+// q's rope and the absorption fused (issue 13: the rope kernel on q is gone from a decode step):
+// rope(q, nope, rope, positions, inv_freq, attention_factor, interleaved) (ops/rope.h), then
+// mla_absorb_q(q_abs, q, kv_b, nope, v). q is an input the op may rope in place (the CPU twin, that
+// composition, does; the CUDA twin's fused kernel for a BF16 kv_b and an F32 q rotates the rope
+// part as it copies it and leaves q as given): a caller does not read q afterwards.
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved);
 // cache[slot_mapping[t]] = [latent[t] | k_pe[t]].  latent [n_tokens, kv_lora], k_pe [n_tokens,
 // rope]. A U8 cache is written in the FP8 format (quantized here). A slot of −1 (a padding row of
 // a CUDA graph bucket) writes nothing on CUDA; the CPU twin refuses it (no padded batch runs
@@ -105,6 +112,8 @@ bool mla_absorbed_prefill_preferred(int64_t heads, int64_t kv_lora, int64_t rope
 
 namespace cpu {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
@@ -118,6 +127,8 @@ void mla_attention_expanded(Tensor out, Tensor q, Tensor k, Tensor v, const Atte
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v);
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved);
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope);
 void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const AttentionMeta& m);
 void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,

@@ -48,21 +48,24 @@ struct MlpWeights {
 namespace ops {
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p);
-// out [n_tokens, D] = Σ_i w_i · expert_{id_i}(x)   (out is overwritten).
+// out [n_tokens, D] = Σ_i w_i · expert_{id_i}(x)   (out is overwritten);
+// with addend [n_tokens, D] F32 (the shared expert's output): out = (Σ_i w_i · expert_{id_i}(x)) +
+// addend, the sum then one F32 addition, as ops::add(out, out, addend) after it gives (issue 13:
+// the add kernel is gone on CUDA, where the combine adds it).
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts);
+                 const std::vector<MlpWeights>& experts, Tensor addend = {});
 namespace cpu {
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p);
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts);
+                 const std::vector<MlpWeights>& experts, Tensor addend = {});
 }  // namespace cpu
 // The CUDA twins (ops/cuda/), built with OSPREY_WITH_CUDA; dtypes in each .cu file's header.
 namespace cuda {
 void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tensor correction_bias,
                const RouterParams& p);
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts);
+                 const std::vector<MlpWeights>& experts, Tensor addend = {});
 }  // namespace cuda
 }  // namespace ops
 }  // namespace osprey

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -144,6 +145,30 @@ TEST_P(PathsTest, GreedyIsTheSameWhicheverPathRunsPrefill) {
   o.prefill_path = AttentionPath::Absorbed;
   o.prefill_chunk = 7;
   EXPECT_EQ(greedy_generate(*model_, prompt, o), expanded);
+}
+
+// A step without a dump runs the fused ops (issue 13: q's rope inside ops::mla_absorb_q_rope, the
+// indexer's ops::indexer_k_write and, with an FP8 key cache, ops::indexer_q_prep); a dump runs the
+// stages apart (ops::rope, layer_norm, indexer_cache_write, scale). On the CPU the fused ops' twins
+// are those compositions, so the logits of every decode step must be equal bit for bit: a wrong
+// argument in the fused calls (rope width, pair layout, positions, the weights' scale) shows here.
+TEST_P(PathsTest, FusedDecodeOpsEqualTheStagesApart) {
+  const ModelConfig& c = model_->config();
+  const int n = 20;
+  const std::vector<int32_t> tokens = random_tokens(n, c.vocab_size, 11);
+  const std::vector<int32_t> blocks = {5, 2};
+  PagedKVCache fused_cache(c, 8), apart_cache(c, 8);
+  Buffer fused(DType::F32, {1, c.vocab_size}), apart(DType::F32, {1, c.vocab_size});
+  int differing_steps = 0;
+  for (int t = 0; t < n; ++t) {
+    OwnedBatch b({SeqStep{{tokens[size_t(t)]}, t, blocks, false}}, kBlockSize);
+    model_->forward(b.batch(), fused_cache, fused, {AttentionPath::Absorbed, nullptr, nullptr, {}});
+    TensorDump dump;
+    model_->forward(b.batch(), apart_cache, apart, {AttentionPath::Absorbed, &dump, nullptr, {}});
+    ASSERT_TRUE(dump.find("layers.0.q"));  // the stages apart did run
+    differing_steps += std::memcmp(fused.f32(), apart.f32(), size_t(c.vocab_size) * 4) != 0;
+  }
+  EXPECT_EQ(differing_steps, 0);
 }
 
 TEST_P(PathsTest, DumpHoldsEveryStageOfEveryLayer) {

@@ -361,15 +361,18 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 // o_lat is written in BF16 — 6 kernels fewer in attention + dense MLP, 7 in attention + MoE FFN,
 // 1 in the DSA share (each marked "issue 13" below); then the FP8 linears of one input in one
 // swap-AB launch (ops::linears → launch_fp8_swapab_linears, 2026-12-06: 13, 4, 12, 9 — q_a + kv_a
-// (+ wk), q_b (+ wq_b), gate + up, marked "grouped" below). The test prints the
-// measured counts. A change that adds (or removes) a kernel must change these on purpose. Layer 0
-// has one more (mla_plan: the split-KV plan, built once a step, reused by every layer); the
-// differencing below measures layers past 0. (lm_head's input conversion, once a step, went too:
-// the final norm writes its BF16 input; no per-layer count sees it.) These budgets are read
-// from the logits-only graph; the engine's decode graph (sampling inside it) adds exactly one
-// kernel per step, not per layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
-//   attention without the indexer (13; 14 before the grouped launches, 18 before issue 13, 22
-//   before ops::mla_kv_write):
+// (+ wk), q_b (+ wq_b), gate + up, marked "grouped" below); then q's rope in the absorption's split
+// kernel and the indexer's key and query chains fused (ops::mla_absorb_q_rope,
+// ops::indexer_k_write, ops::indexer_q_prep) and the shared expert's add in the routed combine
+// (2026-12-06: 12 attention, 11 MoE FFN, 5 DSA, marked "fused" below). The test prints the measured
+// counts. A change that adds (or removes) a kernel must change these on purpose. Layer 0 has one
+// more (mla_plan: the split-KV plan, built once a step, reused by every layer); the differencing
+// below measures layers past 0. (lm_head's input conversion, once a step, went too: the final norm
+// writes its BF16 input; no per-layer count sees it.) These budgets are read from the logits-only
+// graph; the engine's decode graph (sampling inside it) adds exactly one kernel per step, not per
+// layer: kSampleKernels in SamplingGraphAddsOneSampleKernel below.
+//   attention without the indexer (12; 13 before q's rope went into split_q, 14 before the grouped
+//   launches, 18 before issue 13, 22 before ops::mla_kv_write):
 //     fp8_swapab               q_a_proj and kv_a_proj in one launch (grouped, -1), reading x's
 //                              e4m3 copy that the norm before wrote (issue 13: quantize_rows(x)
 //                              gone, -1)
@@ -377,31 +380,33 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 //                              indexer's wq_b) in the same kernel (issue 13: quantize_rows(q_lat)
 //                              gone, -1)
 //     fp8_swapab               q_b_proj
-//     rope                     q's rope part
 //     kv_write                 kv_a's output split, kv_a_norm on the latent, k_pe's rope and the
 //                              paged cache write (BF16) in one kernel (ops::mla_kv_write; before
 //                              it: copy_columns × 2, rms_norm, rope, cache_write: 4 kernels more)
-//     split_q + GEMM           q_nope → BF16 and q's rope part into the absorbed query [T, H, 576]
-//                              in one kernel, · W_UK per head (cuBLASLt BF16) (issue 13: convert
-//                              and copy_rope were two kernels, -1)
+//     split_q + GEMM           q_nope → BF16 and q's rope part, rotated, into the absorbed query
+//                              [T, H, 576] in one kernel, · W_UK per head (cuBLASLt BF16) (issue
+//                              13: convert and copy_rope were two kernels, -1; fused: q's rope
+//                              kernel gone, -1)
 //     mla_decode               sparse/dense absorbed attention, split-KV partials
 //     mla_combine              the split-KV partials merged, o_lat written in BF16
 //     GEMM                     o_lat · W_UV per head (issue 13: o_lat's convert to BF16 gone: the
 //                              attention writes BF16, -1)
 //     quantize_rows + fp8      o_proj (its input quantised: one reader, a cuBLASLt output)
 //     rms_norm (add)           residual += attn; post_attention_layernorm (with the FFN's extras)
-//   the DSA indexer's share (9; 11 before the grouped launches, 12 before issue 13): wk and wq_b
-//     run in the launches of q_a/kv_a and q_b (grouped, -2; their inputs' quantisations are the
-//     norms', shared), rope (q), layer_norm (k_norm), rope (k),
-//     index_write_fp8 (key cache), GEMM (weights_proj, BF16, reading x's BF16 copy from the norm
-//     before: issue 13, its convert gone, -1), scale (× IH^-1/2), indexer_quantize_q (q → e4m3,
-//     its scales folded into the weights), indexer_logits, indexer_topk
+//   the DSA indexer's share (5; 9 before the fused key and query, 11 before the grouped launches,
+//     12 before issue 13): wk and wq_b run in the launches of q_a/kv_a and q_b (grouped, -2; their
+//     inputs' quantisations are the norms', shared), GEMM (weights_proj, BF16, reading x's BF16
+//     copy from the norm before: issue 13, its convert gone, -1), index_k_write (k_norm, the key's
+//     rope and the FP8 key cache write: fused, -2), indexer_q_prep (q's rope, × IH^-1/2 on the
+//     weights, q → e4m3 with its scales folded into the weights: fused, -2), indexer_logits,
+//     indexer_topk
 //   dense MLP (4; 5 before the grouped launches, 7 before issue 13): fp8_swapab gate and up in one
 //     launch (grouped, -1; x's e4m3 copy from the post-attention norm: issue 13,
 //     quantize_rows(x) gone, -1), silu_mul writing h and h's e4m3 copy (issue 13:
 //     quantize_rows(h) gone, -1), fp8_swapab down, rms_norm (add: residual += mlp; next
 //     input_layernorm, with the next attention's extras)
-//   MoE FFN (12; 13 before the grouped launches, 16 before issue 13):
+//   MoE FFN (11; 12 before the combine added the shared expert's output, 13 before the grouped
+//   launches, 16 before issue 13):
 //     GEMM                     router: the gate GEMM (BF16) on x's BF16 copy from the
 //                              post-attention norm, writing BF16 logits (cuBLASLt takes one kernel
 //                              for [4, 2048] · [2048, 64]: measured on the H200, 2026-12-01)
@@ -410,19 +415,19 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
 //     quantize_rows(x)         x → e4m3 for the routed experts (moe_experts' own)
 //     moe_permute              tokens grouped by expert, the tile schedule
 //     fp8_swapab × 2           grouped gate_up (silu·mul and h's quantisation fused), grouped down
-//     moe_combine              the top-k outputs weighted back per token
+//     moe_combine              the top-k outputs weighted back per token, + the shared expert's
+//                              output (its add kernel gone: fused, -1)
 //     fp8_swapab               the shared expert's gate and up in one launch (grouped, -1) on x's
 //                              e4m3 copy from the norm (issue 13: their quantize_rows(x) gone, -1)
 //     silu_mul + 1             the shared expert's silu·mul (writing h's e4m3 copy: issue 13,
 //                              quantize_rows(h) gone, -1) and down
-//     add                      routed + shared
 //     rms_norm (add)           residual += ffn; next input_layernorm
-constexpr int kAttentionKernels = 13;
+constexpr int kAttentionKernels = 12;
 constexpr int kDenseMlpKernels = 4;
-constexpr int kMoeFfnKernels = 12;
-constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 17
-constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 25
-constexpr int kDsaLayerKernels = 9;
+constexpr int kMoeFfnKernels = 11;
+constexpr int kDenseLayerKernels = kAttentionKernels + kDenseMlpKernels;  // 16
+constexpr int kMoeLayerKernels = kAttentionKernels + kMoeFfnKernels;      // 23
+constexpr int kDsaLayerKernels = 5;
 constexpr int kBudgetBatch = 4;
 
 struct Captured {

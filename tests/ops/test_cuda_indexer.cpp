@@ -10,6 +10,9 @@
 #include "cuda_test_util.h"
 #include "ops/cuda/indexer/logits_sm90.cuh"
 #include "ops/indexer.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 namespace {
@@ -209,6 +212,160 @@ TEST(CudaOps, IndexerQuantizeQ) {
   EXPECT_LT(s0 * 448.0f, 2.0f * amax);
   std::printf("TWIN %-44s differing bytes %lld of %lld  %s\n", "indexer_quantize_q [77,64,128]",
               static_cast<long long>(bad), static_cast<long long>(q8.numel()), bad ? "FAIL" : "ok");
+}
+
+// The indexer's rope frequencies (64 rope dims of the 128) and the YaRN-like factor.
+Buffer index_inv_freq() {
+  Buffer f(DType::F32, {32});
+  for (int64_t i = 0; i < 32; ++i) f.f32()[i] = std::pow(10000.0f, -float(i) / 32.0f);
+  return f;
+}
+constexpr float kRopeFactor = 1.25f;
+
+// Dequantized FP8 indexer cache values of two caches compared: the bytes may differ by one e4m3
+// step (the twins' layer_norm and cosf round differently), the scales by at most a factor of 2 at
+// a power-of-two boundary; returns the share of differing value bytes and the worst difference
+// relative to the token's amax.
+std::pair<double, double> fp8_cache_diff(const Buffer& a, const Buffer& b, const Batch& bt) {
+  int64_t differ = 0, total = 0;
+  double worst = 0.0;
+  for (int64_t t = 0; t < bt.host.n_tokens; ++t) {
+    const int64_t slot = bt.slot_mapping.ptr<int64_t>()[t];
+    const int64_t off = (slot / 64) * 64 * (ID + 4);
+    float sa, sb;
+    std::memcpy(&sa, a.ptr<uint8_t>() + off + 64 * ID + 4 * (slot % 64), 4);
+    std::memcpy(&sb, b.ptr<uint8_t>() + off + 64 * ID + 4 * (slot % 64), 4);
+    const double amax = 448.0 * std::max(sa, sb);
+    for (int64_t d = 0; d < ID; ++d) {
+      const uint8_t va = a.ptr<uint8_t>()[off + (slot % 64) * ID + d];
+      const uint8_t vb = b.ptr<uint8_t>()[off + (slot % 64) * ID + d];
+      differ += va != vb || sa != sb;
+      ++total;
+      worst = std::max(
+          worst, std::fabs(double(e4m3_to_f32(va)) * sa - double(e4m3_to_f32(vb)) * sb) / amax);
+    }
+  }
+  return {double(differ) / double(total), worst};
+}
+
+// indexer_k_write (layer_norm + half-split rope + cache write fused, the decode step's path): the
+// CUDA twin's cache bit for bit the unfused CUDA composition's (ops::layer_norm, ops::rope,
+// ops::indexer_cache_write), for the FP8 and the F32 key caches; against the CPU twin (double
+// layer_norm, glibc cosf) within one e4m3 step. Decode and prefill tokens at positions to 16k; a
+// padding slot (−1) writes nothing.
+TEST(CudaOps, IndexerKWriteFusedEqualsUnfused) {
+  OSPREY_REQUIRE_GPU();
+  Batch b = make_batch({16384, 9000, 2049, 100, 3000}, {1, 2, 1, 100, 4});
+  const int64_t n = b.host.n_tokens;
+  Buffer k = rand_f32({n, ID}, -3.0f, 3.0f);
+  for (int64_t t = 0; t < n; ++t)  // tokens of varied magnitude and offset
+    for (int64_t d = 0; d < ID; ++d)
+      k.f32()[t * ID + d] = k.f32()[t * ID + d] * std::ldexp(1.0f, int(t % 7) - 3) + float(t % 3);
+  Buffer nw = rand_f32({ID}, 0.5f, 1.5f), nb = rand_f32({ID}, -0.2f, 0.2f);
+  Buffer freq = index_inv_freq();
+  DeviceBuffer dk = upload(k), dnw = upload(nw), dnb = upload(nb), dfreq = upload(freq);
+  // FP8 cache
+  Buffer cache = random_fp8_cache(b);
+  DeviceBuffer fused = cuda::to_device(cache), plain = cuda::to_device(cache);
+  ops::indexer_k_write(fused, dk, dnw, dnb, 1e-6f, 64, dfreq, kRopeFactor, b.dev);
+  DeviceBuffer dkn(DType::F32, {n, 1, ID});
+  ops::layer_norm(dkn, dk, dnw, dnb, 1e-6f);
+  ops::rope(dkn, 0, 64, b.d_positions, dfreq, kRopeFactor, false);
+  ops::indexer_cache_write(plain, dkn.view().reshape({n, ID}), b.dev);
+  const Buffer gf = download(fused), gp = download(plain);
+  EXPECT_EQ(std::memcmp(gf.ptr<uint8_t>(), gp.ptr<uint8_t>(), size_t(gf.numel())), 0)
+      << "FP8 key cache: fused differs from layer_norm, rope, cache_write";
+  Buffer ref = cuda::to_host(cuda::to_device(cache));
+  ops::indexer_k_write(ref, k, nw, nb, 1e-6f, 64, freq, kRopeFactor, b.host);
+  const auto [share, worst] = fp8_cache_diff(gf, ref, b);
+  EXPECT_LT(share, 0.02) << "FP8 key cache bytes against the CPU twin";
+  EXPECT_LT(worst, 1.0 / 16.0) << "FP8 key cache values against the CPU twin";
+  int64_t changed = 0;  // the written slots hold the new keys, not the old random ones
+  for (int64_t i = 0; i < cache.numel(); ++i)
+    changed += gf.ptr<uint8_t>()[i] != cache.ptr<uint8_t>()[i];
+  EXPECT_GT(changed, n * ID / 2);
+  std::printf("TWIN %-44s vs CPU: differing %.4f, worst %.3e of amax  %s\n",
+              "indexer_k_write FP8 (fused = unfused bytes)", share, worst,
+              share < 0.02 && worst < 1.0 / 16.0 ? "ok" : "FAIL");
+  // F32 cache, and a padding slot that writes nothing
+  Buffer fcache = rand_f32({b.n_blocks * 64, ID});
+  DeviceBuffer ff = cuda::to_device(fcache), fp = cuda::to_device(fcache);
+  Buffer slots_pad = cuda::to_host(b.d_slot_mapping);
+  slots_pad.ptr<int64_t>()[0] = -1;
+  DeviceBuffer d_slots_pad = cuda::to_device(slots_pad);
+  AttentionMeta padded = b.dev;
+  padded.slot_mapping = d_slots_pad;
+  ops::indexer_k_write(ff, dk, dnw, dnb, 1e-6f, 64, dfreq, kRopeFactor, padded);
+  ops::indexer_cache_write(fp, dkn.view().reshape({n, ID}), padded);
+  const Buffer gff = download(ff), gfp = download(fp);
+  EXPECT_EQ(std::memcmp(gff.f32(), gfp.f32(), size_t(gff.numel()) * 4), 0)
+      << "F32 key cache: fused differs from unfused";
+  const int64_t slot0 = b.slot_mapping.ptr<int64_t>()[0];
+  EXPECT_EQ(std::memcmp(gff.f32() + slot0 * ID, fcache.f32() + slot0 * ID, ID * 4), 0)
+      << "the padding slot's row was written";
+  Buffer fref(DType::F32, {b.n_blocks * 64, ID});
+  std::memcpy(fref.f32(), fcache.f32(), size_t(fcache.numel()) * 4);
+  ops::indexer_k_write(fref, k, nw, nb, 1e-6f, 64, freq, kRopeFactor, b.host);
+  double fworst = 0.0;
+  for (int64_t t = 1; t < n; ++t) {
+    const int64_t sl = b.slot_mapping.ptr<int64_t>()[t];
+    for (int64_t d = 0; d < ID; ++d)
+      fworst =
+          std::max(fworst, double(std::fabs(gff.f32()[sl * ID + d] - fref.f32()[sl * ID + d])));
+  }
+  EXPECT_LT(fworst, 1e-4) << "F32 key cache against the CPU twin";
+}
+
+// indexer_q_prep (q's rope, the weights' × IH^-1/2 and q's quantisation fused): q8 and the folded
+// weights bit for bit the unfused CUDA composition's (ops::rope in place, ops::scale,
+// ops::indexer_quantize_q), q and weights left as given; against the CPU twin: the folded weights
+// within one power-of-two scale step, the e4m3 bytes within one step.
+TEST(CudaOps, IndexerQPrepFusedEqualsUnfused) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t n = 37;
+  Buffer q = random_q(n), w = rand_f32({n, IH}, -2.0f, 2.0f), freq = index_inv_freq();
+  Buffer pos(DType::I32, {n});
+  for (int64_t t = 0; t < n; ++t) pos.ptr<int32_t>()[t] = int32_t((t * 4099) % 16384);
+  DeviceBuffer dq = upload(q), dw = upload(w), dpos = upload(pos), dfreq = upload(freq);
+  const float ws = 1.0f / std::sqrt(float(IH));
+  DeviceBuffer f8(DType::U8, {n, IH, ID}), fw(DType::F32, {n, IH});
+  cuda::fill_bytes(f8, 0x5a);
+  cuda::fill_bytes(fw, 0x7f);
+  ops::indexer_q_prep(f8, fw, dq, dw, ws, 64, dpos, dfreq, kRopeFactor);
+  const Buffer gf8 = download(f8), gfw = download(fw);
+  const Buffer gq = download(dq), gw = download(dw);
+  EXPECT_EQ(std::memcmp(gq.f32(), q.f32(), size_t(q.numel()) * 4), 0) << "q was written";
+  EXPECT_EQ(std::memcmp(gw.f32(), w.f32(), size_t(w.numel()) * 4), 0) << "weights were written";
+  DeviceBuffer dq2 = upload(q), dw2 = upload(w), p8(DType::U8, {n, IH, ID}),
+               pw(DType::F32, {n, IH});
+  ops::rope(dq2, 0, 64, dpos, dfreq, kRopeFactor, false);
+  ops::scale(dw2, ws);
+  ops::indexer_quantize_q(p8, pw, dq2, dw2);
+  const Buffer gp8 = download(p8), gpw = download(pw);
+  EXPECT_EQ(std::memcmp(gf8.ptr<uint8_t>(), gp8.ptr<uint8_t>(), size_t(gf8.numel())), 0)
+      << "q8: fused differs from rope, scale, quantize";
+  EXPECT_EQ(std::memcmp(gfw.f32(), gpw.f32(), size_t(gfw.numel()) * 4), 0)
+      << "folded weights: fused differs from rope, scale, quantize";
+  Buffer r8(DType::U8, {n, IH, ID}), rw(DType::F32, {n, IH});
+  ops::indexer_q_prep(r8, rw, q, w, ws, 64, pos, freq, kRopeFactor);
+  int64_t differ = 0, nonzero = 0;
+  double worst = 0.0;
+  for (int64_t r = 0; r < n * IH; ++r) {
+    const double sg = gfw.f32()[r] / (double(w.f32()[r]) * ws),
+                 sr = rw.f32()[r] / (double(w.f32()[r]) * ws);
+    for (int64_t d = 0; d < ID; ++d) {
+      const uint8_t a = gf8.ptr<uint8_t>()[r * ID + d], b8 = r8.ptr<uint8_t>()[r * ID + d];
+      differ += a != b8;
+      nonzero += (b8 & 0x7f) != 0;
+      worst = std::max(worst, std::fabs(e4m3_to_f32(a) * sg - e4m3_to_f32(b8) * sr) / (448.0 * sr));
+    }
+  }
+  EXPECT_LT(double(differ) / double(n * IH * ID), 0.02) << "q8 bytes against the CPU twin";
+  EXPECT_LT(worst, 1.0 / 16.0) << "q8 values against the CPU twin";
+  EXPECT_GT(nonzero, n * IH * ID / 2);
+  std::printf("TWIN %-44s vs CPU: differing %.4f, worst %.3e of amax  %s\n",
+              "indexer_q_prep [37,64,128] (fused = unfused)", double(differ) / double(n * IH * ID),
+              worst, worst < 1.0 / 16.0 ? "ok" : "FAIL");
 }
 
 // The exact score of the FP8 path in double: Σ_h w8[t, h] · relu(scale · q8[t, h] · k_j), and the

@@ -11,6 +11,7 @@
 #include "cuda_test_util.h"
 #include "ops/cuda/mla/hooks.h"
 #include "ops/mla.h"
+#include "ops/rope.h"
 
 namespace osprey {
 namespace {
@@ -40,6 +41,63 @@ TEST(CudaOps, MlaAbsorbUnabsorb) {
     expect_close("mla_absorb_q [19,128,192]->[19,128,576]" + w, download(d_qabs), q_abs, tol);
     expect_close("mla_unabsorb_out [19,128,512]->[19,128,128]" + w, download(d_out), out, tol);
   }
+}
+
+// q's rope fused into the absorption (ops::mla_absorb_q_rope, the decode step's path): on the
+// split kernel (BF16 kv_b, F32 q) q_abs equals, bit for bit, the unfused CUDA composition (rope in
+// place, then mla_absorb_q) — interleaved (V3) and half-split pairs, positions to 16k, F32 and BF16
+// q_abs — and q is left as given; against the CPU twin within the BF16 GEMM's tolerance, the rope
+// part within F32 rounding. An F32 kv_b takes the composition on CUDA too.
+TEST(CudaOps, MlaAbsorbQRopeFusedEqualsRopeThenAbsorb) {
+  OSPREY_REQUIRE_GPU();
+  const int64_t n = 21;
+  Buffer kv_b = rand_f32({H * (kNope + kV), kLora}, -0.05f, 0.05f);
+  round_bf16(kv_b);
+  Buffer q = rand_f32({n, H, kNope + kRopeDim}, -2.0f, 2.0f);
+  Buffer pos(DType::I32, {n}), inv_freq(DType::F32, {kRopeDim / 2});
+  for (int64_t t = 0; t < n; ++t) pos.ptr<int32_t>()[t] = int32_t((t * 7919) % 16384);
+  for (int64_t i = 0; i < kRopeDim / 2; ++i)
+    inv_freq.f32()[i] = std::pow(10000.0f, -2.0f * float(i) / float(kRopeDim));
+  DeviceBuffer d_pos = upload(pos), d_freq = upload(inv_freq);
+  const float factor = 1.25f;
+  for (bool inter : {true, false})
+    for (DType wdt : {DType::BF16, DType::F32})
+      for (DType odt : {DType::F32, DType::BF16}) {
+        if (wdt == DType::F32 && odt == DType::BF16) continue;  // (a BF16 q_abs needs a BF16 kv_b)
+        const std::string label =
+            strf("mla_absorb_q_rope [21,128,192] %s kv_b %s q_abs %s",
+                 inter ? "interleaved" : "half-split", wdt == DType::BF16 ? "BF16" : "F32",
+                 odt == DType::BF16 ? "BF16" : "F32");
+        DeviceBuffer d_kvb = upload(kv_b, wdt), dq = upload(q), dq2 = upload(q);
+        DeviceBuffer fused = poisoned(odt, {n, H, kWidth}), plain = poisoned(odt, {n, H, kWidth});
+        ops::mla_absorb_q_rope(fused, dq, d_kvb, int(kNope), int(kV), d_pos, d_freq, factor, inter);
+        ops::rope(dq2, int(kNope), int(kRopeDim), d_pos, d_freq, factor, inter);
+        ops::mla_absorb_q(plain, dq2, d_kvb, int(kNope), int(kV));
+        const Buffer gf = download(fused), gp = download(plain);
+        EXPECT_EQ(std::memcmp(gf.f32(), gp.f32(), size_t(gf.numel()) * 4), 0)
+            << label << ": fused differs from rope then absorb";
+        if (wdt == DType::BF16) {  // the split kernel's path leaves q as given
+          const Buffer gq = download(dq);
+          EXPECT_EQ(std::memcmp(gq.f32(), q.f32(), size_t(q.numel()) * 4), 0) << label;
+        }
+        Buffer qc(DType::F32, {n, H, kNope + kRopeDim});
+        std::memcpy(qc.f32(), q.f32(), size_t(q.numel()) * 4);
+        Buffer ref(DType::F32, {n, H, kWidth});
+        ops::mla_absorb_q_rope(ref, qc, kv_b, int(kNope), int(kV), pos, inv_freq, factor, inter);
+        expect_close(label, gf, ref, odt == DType::BF16 ? 1e-2 : (wdt == DType::F32 ? 1e-5 : 1e-2));
+        // The rope part alone: rotated (not q's own values) and within F32 (BF16) rounding.
+        double worst = 0.0;
+        int64_t moved = 0;
+        for (int64_t r = 0; r < n * H; ++r)
+          for (int64_t c = 0; c < kRopeDim; ++c) {
+            const float g = gf.f32()[r * kWidth + kLora + c], e = ref.f32()[r * kWidth + kLora + c];
+            worst = std::max(worst, double(std::fabs(g - e)) / (1.0 + std::fabs(e)));
+            moved +=
+                ref.f32()[r * kWidth + kLora + c] != q.f32()[r * (kNope + kRopeDim) + kNope + c];
+          }
+        EXPECT_LT(worst, odt == DType::BF16 ? 8e-3 : 2e-5) << label << " rope part";
+        EXPECT_GT(moved, n * H * kRopeDim / 2) << label << ": the rope part was not rotated";
+      }
 }
 
 // The model's dataflow on CUDA (model/deepseek.cpp): with a BF16 kv_b and F32 queries, absorb_q

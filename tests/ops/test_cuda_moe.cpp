@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "ops/gemm.h"
 #include "ops/moe.h"
 #include "ops/moe_schedule.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey {
 namespace {
@@ -324,6 +326,57 @@ TEST(CudaOps, MoeExpertsWidthsNotMultiplesOf128) {
                      label(dt == DType::F8_E4M3 ? "fp8" : "bf16", s.E, s.D, s.I, c, "uniform"));
       }
     }
+}
+
+// moe_experts with an addend (the shared expert's output, added by the combine: the model's add
+// kernel gone) equals moe_experts then ops::add bit for bit — on the FP8 swap-AB path (decode and
+// prefill tiles), the WMMA path, the vector combine (D = 7168) and the strided one (D = 400) — and
+// the CPU twin within the experts' tolerance.
+TEST(CudaOps, MoeExpertsAddendEqualsCombineThenAdd) {
+  OSPREY_REQUIRE_GPU();
+  struct Case {
+    int64_t E, D, I, K, n;
+    DType dt;
+    bool swapab;
+  };
+  for (const Case cs : {Case{16, 7168, 2048, 8, 1, DType::F8_E4M3, true},
+                        Case{16, 7168, 2048, 8, 64, DType::F8_E4M3, true},
+                        Case{16, 7168, 2048, 8, 300, DType::F8_E4M3, true},
+                        Case{16, 7168, 2048, 8, 64, DType::BF16, false},
+                        Case{8, 400, 144, 3, 37, DType::BF16, false}}) {
+    ops::cuda::set_fp8_swapab(cs.swapab);
+    const ExpertSet set(cs.E, cs.D, cs.I, cs.dt);
+    Buffer x = rand_f32({cs.n, cs.D});
+    round_bf16(x);
+    Buffer w = rand_f32({cs.n, cs.K}, 0.1f, 0.5f), shared = rand_f32({cs.n, cs.D}, -3.0f, 3.0f);
+    const Buffer ids = route_ids(cs.n, cs.K, expert_range(0, int32_t(cs.E)));
+    DeviceBuffer dx = upload(x, DType::BF16), di = cuda::to_device(ids), dw = upload(w),
+                 ds = upload(shared);
+    DeviceBuffer fused = poisoned(DType::F32, {cs.n, cs.D}),
+                 plain = poisoned(DType::F32, {cs.n, cs.D});
+    ops::moe_experts(fused, dx, di, dw, set.dev, ds);
+    ops::moe_experts(plain, dx, di, dw, set.dev);
+    ops::add(plain, plain, ds);
+    const Buffer gf = download(fused), gp = download(plain);
+    const std::string what = strf(
+        "moe_experts + addend %s D%lld n=%lld %s", cs.dt == DType::F8_E4M3 ? "fp8" : "bf16",
+        static_cast<long long>(cs.D), static_cast<long long>(cs.n), cs.swapab ? "swap-AB" : "WMMA");
+    EXPECT_EQ(std::memcmp(gf.f32(), gp.f32(), size_t(gf.numel()) * 4), 0)
+        << what << ": the combine's addend differs from an add after it";
+    const int64_t m = std::min<int64_t>(cs.n, 64);
+    std::vector<int64_t> tokens;
+    for (int64_t i = 0; i < m; ++i) tokens.push_back(m == 1 ? 0 : i * (cs.n - 1) / (m - 1));
+    Buffer ref(DType::F32, {m, cs.D}), routed(DType::F32, {m, cs.D});
+    const Buffer xs = take_rows(x, tokens), is = take_rows(ids, tokens),
+                 wsub = take_rows(w, tokens), ss = take_rows(shared, tokens);
+    ops::moe_experts(ref, xs, is, wsub, set.host, ss);
+    ops::moe_experts(routed, xs, is, wsub, set.host);
+    int64_t moved = 0;  // the addend is in the reference: it differs from the routed sum alone
+    for (int64_t i = 0; i < ref.numel(); ++i) moved += ref.f32()[i] != routed.f32()[i];
+    EXPECT_GT(moved, ref.numel() / 2) << what;
+    expect_close(what, take_rows(gf, tokens), ref, cs.dt == DType::F8_E4M3 ? kTolFp8 : kTolBf16);
+  }
+  ops::cuda::set_fp8_swapab(true);
 }
 
 void sleep_on_stream(void* ms) {

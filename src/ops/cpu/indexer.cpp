@@ -14,6 +14,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/storage.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey::ops::cpu {
 
@@ -82,6 +86,30 @@ void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights)
     for (int64_t d = 0; d < ID; ++d) o[d] = f32_to_e4m3(x[d] / s);
     weights_out.f32()[r] = weights.f32()[r] * s;
   }
+}
+
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor,
+                     const AttentionMeta& m) {
+  OSPREY_CHECK(k_raw.dim() == 2 && k_raw.size(0) == m.n_tokens && k_raw.dtype == DType::F32,
+               "indexer_k_write (CPU): F32 k_raw [n_tokens, ID], got ", shape_str(k_raw.shape));
+  const int64_t T = k_raw.size(0), ID = k_raw.size(1);
+  const Storage k(Device::CPU, DType::F32, {T, 1, ID});  // [T, 1, ID]
+  layer_norm(k, k_raw, norm_w, norm_b, eps);
+  rope(k, 0, rope_dim, m.positions, inv_freq, attention_factor, /*interleaved=*/false);
+  indexer_cache_write(index_cache, k.view().reshape({T, ID}), m);
+}
+
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor) {
+  OSPREY_CHECK(q.dtype == DType::F32 && q.dim() == 3 && weights.dtype == DType::F32,
+               "indexer_q_prep (CPU): F32 q [n, IH, ID] and weights");
+  const Storage qr(Device::CPU, DType::F32, q.shape), w(Device::CPU, DType::F32, weights.shape);
+  ops::copy(qr, q);
+  ops::copy(w, weights);
+  rope(qr, 0, rope_dim, positions, inv_freq, attention_factor, /*interleaved=*/false);
+  scale(w, weights_scale);
+  indexer_quantize_q(q8, weights_out, qr, w);
 }
 
 void indexer_topk(Tensor topk_indices, Tensor q_in, Tensor weights, Tensor index_cache,

@@ -188,6 +188,13 @@ void mla_cache_write(Tensor latent_cache, Tensor latent, Tensor k_pe, const Atte
   }
 }
 
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved) {
+  const int rope = int(q.size(-1)) - nope;
+  ops::cpu::rope(q, nope, rope, positions, inv_freq, attention_factor, interleaved);
+  mla_absorb_q(q_abs, q, kv_b, nope, v);
+}
+
 void mla_kv_write(Tensor latent_cache, Tensor kv, Tensor norm_w, float eps, Tensor inv_freq,
                   float attention_factor, bool interleaved, const AttentionMeta& m) {
   const int64_t T = kv.size(0), width = kv.size(1);

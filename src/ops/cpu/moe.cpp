@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "ops/activation.h"
+#include "ops/tensor_ops.h"
 
 namespace osprey::ops::cpu {
 
@@ -103,9 +104,11 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
 }
 
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts) {
+                 const std::vector<MlpWeights>& experts, Tensor addend) {
   const int64_t n = x.size(0), D = x.size(1), K = topk_ids.size(1);
   OSPREY_CHECK(out.size(0) == n && out.size(1) == D, "moe_experts shapes");
+  OSPREY_CHECK(addend.data == nullptr || (addend.numel() == n * D && addend.dtype == DType::F32),
+               "moe_experts: addend ", shape_str(addend.shape), " for out ", shape_str(out.shape));
   std::fill_n(out.f32(), n * D, 0.0f);
   const int32_t* ids = topk_ids.ptr<int32_t>();
   const float* w = topk_weights.f32();
@@ -129,6 +132,7 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
       for (int64_t d = 0; d < D; ++d) out.f32()[t * D + d] += wt * y.f32()[r * D + d];
     }
   }
+  if (addend.data) add(out, out, addend);
 }
 
 }  // namespace osprey::ops::cpu

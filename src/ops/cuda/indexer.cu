@@ -15,6 +15,8 @@
 //   With q U8 (e4m3 from indexer_quantize_q) and the FP8 cache at 64 × 128, block 64, on sm_90
 //   the scores come from the tensor-core kernel of indexer/logits_sm90.cu instead of step 1.
 //   indexer_quantize_q: grid [ceil(n_tokens · IH / 4)], 128 threads, a warp per (t, h) row.
+//   indexer_q_prep: the same grid, q's rope and the weights' scale before the quantisation.
+//   indexer_k_write: grid [n_tokens] × 128 threads, layer_norm + rope + the cache write of a key.
 // Other IH × ID (the small test models) take indexer_score_generic_kernel (a thread per key).
 // Dtypes: q F32 or BF16; weights F32; k F32 or BF16; index_cache F32, BF16 or U8 = the FP8 format
 // of ops/indexer.h (per token ID e4m3 values + an fp32 power-of-two scale, values then scales per
@@ -24,9 +26,13 @@
 // exact), so the scoring arithmetic is the same for every format.
 #include <cub/block/block_scan.cuh>
 
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/indexer/logits_sm90.cuh"
+#include "ops/cuda/layer_norm.cuh"
+#include "ops/cuda/rope.cuh"
 #include "ops/indexer.h"
 
 namespace osprey::ops::cuda {
@@ -57,6 +63,27 @@ __device__ __forceinline__ float fp8_scale(float amax) {
   return __uint_as_float(u);
 }
 
+// One token's key into its slot of the FP8 cache (ops/indexer.h's format) by the whole block:
+// amax over the d values value(c) (a block max through red, 32 floats of shared memory), the
+// power-of-two scale, the RNE saturating e4m3 values, then the scale after the block's values.
+template <typename V>
+__device__ __forceinline__ void store_key_fp8(uint8_t* __restrict__ cache, int64_t slot, int bs,
+                                              int d, float* red, V value) {
+  float amax = 0.0f;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) amax = fmaxf(amax, fabsf(value(c)));
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int i = 0; i < int(blockDim.x >> 5); ++i) amax = fmaxf(amax, red[i]);
+  const float s = fp8_scale(amax);
+  const int64_t b = slot / bs, o = slot % bs;
+  uint8_t* blk = cache + b * bs * int64_t(d + 4);
+  for (int c = threadIdx.x; c < d; c += blockDim.x)
+    blk[o * d + c] = f32_to_e4m3_dev(__fdiv_rn(value(c), s));
+  if (threadIdx.x == 0) *reinterpret_cast<float*>(blk + int64_t(bs) * d + 4 * o) = s;
+}
+
 template <typename Tq>
 __global__ void indexer_quantize_q_kernel(uint8_t* __restrict__ q8, float* __restrict__ w_out,
                                           const Tq* __restrict__ q, const float* __restrict__ w,
@@ -84,6 +111,72 @@ __global__ void index_write_kernel(Tc* cache, const Tk* k, const int64_t* __rest
   if (slots[t] < 0) return;  // a padding row (CUDA graph bucket): writes nothing
   for (int c = threadIdx.x; c < d; c += blockDim.x)
     cache[slots[t] * d + c] = from_f32<Tc>(to_f32(k[t * d + c]));
+}
+
+// indexer_k_write (ops/indexer.h): one block of kKWriteThreads a token. The row of d values in
+// shared memory as F32: layer_norm (layer_norm_kernel's arithmetic: mean, then the biased variance
+// of x − mean, two block sums), the half-split rope on [0, rope) (rope.cuh), then the write: FP8
+// (Tc = uint8_t: amax over the row, the power-of-two scale, RNE e4m3 values, as
+// index_write_fp8_kernel) or plain (Tc F32/BF16). A padding slot (−1) writes nothing.
+constexpr int kKWriteThreads = 128;
+template <typename Tc, typename Tk, typename W>
+__global__ void __launch_bounds__(kKWriteThreads)
+    index_k_write_kernel(Tc* __restrict__ cache, const Tk* __restrict__ k, const W* __restrict__ w,
+                         const W* __restrict__ b, const int64_t* __restrict__ slots,
+                         const int32_t* __restrict__ pos, const float* __restrict__ inv_freq, int d,
+                         int rope, float eps, float factor, int bs) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ float row[];  // [d]
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  if (slots[t] < 0) return;  // the whole block leaves before any barrier
+  layer_norm_row(k + t * d, w, b, d, eps, red, [&](int64_t c, float y) { row[c] = y; });
+  __syncthreads();
+  const int half = rope / 2;
+  const float p = float(pos[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x)
+    rope_rotate(row[i], row[i + half], rope_cs(p, inv_freq[i], factor));
+  __syncthreads();
+  if constexpr (std::is_same_v<Tc, uint8_t>) {
+    store_key_fp8(cache, slots[t], bs, d, red, [&](int c) { return row[c]; });
+  } else {
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+      cache[slots[t] * d + c] = from_f32<Tc>(row[c]);
+  }
+}
+
+// indexer_q_prep (ops/indexer.h): a warp per (t, h) row of id ≤ kQPrepMaxId values, kQPrepRows
+// rows a block; the row in the warp's shared memory as F32, the half-split rope on [0, rope), then
+// indexer_quantize_q_kernel's arithmetic with the weight w[r] · weights_scale (F32 product).
+constexpr int kQPrepRows = 4, kQPrepMaxId = 256;
+template <typename Tq>
+__global__ void __launch_bounds__(32 * kQPrepRows)
+    indexer_q_prep_kernel(uint8_t* __restrict__ q8, float* __restrict__ w_out,
+                          const Tq* __restrict__ q, const float* __restrict__ w, float w_scale,
+                          const int32_t* __restrict__ pos, const float* __restrict__ inv_freq,
+                          int64_t rows, int ih, int id, int rope, float factor) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float buf[kQPrepRows][kQPrepMaxId];
+  const int wi = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * kQPrepRows + wi;
+  if (r >= rows) return;  // whole warps; no block barrier below
+  float* v = buf[wi];
+  const Tq* x = q + r * id;
+  for (int c = lane; c < id; c += 32) v[c] = to_f32(x[c]);
+  __syncwarp();
+  const int half = rope / 2;
+  const float p = float(pos[r / ih]);
+  for (int i = lane; i < half; i += 32)
+    rope_rotate(v[i], v[i + half], rope_cs(p, inv_freq[i], factor));
+  __syncwarp();
+  float amax = 0.0f;
+  for (int c = lane; c < id; c += 32) amax = fmaxf(amax, fabsf(v[c]));
+  amax = warp_max(amax);
+  const float s = fp8_scale(amax);
+  for (int c = lane; c < id; c += 32) q8[r * id + c] = f32_to_e4m3_dev(__fdiv_rn(v[c], s));
+  if (lane == 0) w_out[r] = (w[r] * w_scale) * s;
 }
 
 // Key accessors: element c of cache row `row` (= block · block_size + offset) as F32.
@@ -116,20 +209,7 @@ __global__ void index_write_fp8_kernel(uint8_t* __restrict__ cache, const Tk* __
   const int64_t t = blockIdx.x;
   // A padding row (CUDA graph bucket) writes nothing: the whole block leaves before any barrier.
   if (slots[t] < 0) return;
-  float amax = 0.0f;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f32(k[t * d + c])));
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (int w = 0; w < int(blockDim.x >> 5); ++w) amax = fmaxf(amax, red[w]);
-  const float s = fp8_scale(amax);
-  const int64_t b = slots[t] / bs, o = slots[t] % bs;
-  uint8_t* blk = cache + b * bs * int64_t(d + 4);
-  for (int c = threadIdx.x; c < d; c += blockDim.x)
-    blk[o * d + c] = uint8_t(
-        __nv_cvt_float_to_fp8(__fdiv_rn(to_f32(k[t * d + c]), s), __NV_SATFINITE, __NV_E4M3));
-  if (threadIdx.x == 0) *reinterpret_cast<float*>(blk + int64_t(bs) * d + 4 * o) = s;
+  store_key_fp8(cache, slots[t], bs, d, red, [&](int c) { return to_f32(k[t * d + c]); });
 }
 
 template <typename Tq, typename KC>
@@ -356,6 +436,82 @@ void indexer_quantize_q(Tensor q8, Tensor weights_out, Tensor q, Tensor weights)
     launch_pdl(indexer_quantize_q_kernel<Tq>, unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock),
                32 * kRowsPerBlock, 0, q8.ptr<uint8_t>(), weights_out.f32(),
                static_cast<const Tq*>(q.data), weights.f32(), rows, int(ID));
+  });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void indexer_k_write(Tensor index_cache, Tensor k_raw, Tensor norm_w, Tensor norm_b, float eps,
+                     int rope_dim, Tensor inv_freq, float attention_factor,
+                     const AttentionMeta& m) {
+  check_device(index_cache, "indexer_k_write", "index_cache");
+  check_device(k_raw, "indexer_k_write", "k_raw");
+  check_device(norm_w, "indexer_k_write", "norm_w");
+  check_device(norm_b, "indexer_k_write", "norm_b");
+  check_device(inv_freq, "indexer_k_write", "inv_freq");
+  check_device(m.slot_mapping, "indexer_k_write", "slot_mapping");
+  check_device(m.positions, "indexer_k_write", "positions");
+  const int64_t d = k_raw.size(-1);
+  OSPREY_CHECK(k_raw.dim() == 2 && k_raw.size(0) == m.n_tokens && norm_w.numel() == d &&
+                   norm_b.numel() == d && norm_b.dtype == norm_w.dtype && rope_dim > 0 &&
+                   rope_dim % 2 == 0 && rope_dim <= d && inv_freq.numel() * 2 == rope_dim &&
+                   inv_freq.dtype == DType::F32 && is_f32_or_bf16(k_raw.dtype) &&
+                   is_f32_or_bf16(norm_w.dtype) && d <= 8192,
+               "indexer_k_write: k_raw ", shape_str(k_raw.shape), " ", dtype_name(k_raw.dtype),
+               " for ", m.n_tokens, " tokens, norm of ", norm_w.numel(), ", rope ", rope_dim,
+               ", inv_freq of ", inv_freq.numel());
+  const bool fp8 = index_cache.dtype == DType::U8;
+  if (fp8)
+    OSPREY_CHECK(index_cache.size(-1) == m.block_size * indexer_fp8_token_bytes(d),
+                 "FP8 indexer cache width ", index_cache.size(-1));
+  else
+    OSPREY_CHECK(index_cache.size(-1) == d, "indexer cache width ", index_cache.size(-1),
+                 " for keys of ", d);
+  if (m.n_tokens == 0) return;
+  const size_t smem = size_t(d) * sizeof(float);
+  auto go = [&](auto* cache) {
+    using Tc = std::remove_pointer_t<decltype(cache)>;
+    OSPREY_DISPATCH_FLOAT(
+        k_raw.dtype, Tk, OSPREY_DISPATCH_FLOAT(norm_w.dtype, W, {
+          launch_pdl(index_k_write_kernel<Tc, Tk, W>, unsigned(m.n_tokens), kKWriteThreads, smem,
+                     cache, static_cast<const Tk*>(k_raw.data), static_cast<const W*>(norm_w.data),
+                     static_cast<const W*>(norm_b.data), m.slot_mapping.ptr<int64_t>(),
+                     m.positions.ptr<int32_t>(), inv_freq.f32(), int(d), rope_dim, eps,
+                     attention_factor, m.block_size);
+        }));
+  };
+  if (fp8)
+    go(index_cache.ptr<uint8_t>());
+  else
+    OSPREY_DISPATCH_FLOAT(index_cache.dtype, Tc, { go(static_cast<Tc*>(index_cache.data)); });
+  OSPREY_CUDA_LAUNCH_CHECK();
+}
+
+void indexer_q_prep(Tensor q8, Tensor weights_out, Tensor q, Tensor weights, float weights_scale,
+                    int rope_dim, Tensor positions, Tensor inv_freq, float attention_factor) {
+  check_device(q8, "indexer_q_prep", "q8");
+  check_device(weights_out, "indexer_q_prep", "weights_out");
+  check_device(q, "indexer_q_prep", "q");
+  check_device(weights, "indexer_q_prep", "weights");
+  check_device(positions, "indexer_q_prep", "positions");
+  check_device(inv_freq, "indexer_q_prep", "inv_freq");
+  OSPREY_CHECK(q.dim() == 3 && q8.dtype == DType::U8 && weights.dtype == DType::F32 &&
+                   weights_out.dtype == DType::F32 && is_f32_or_bf16(q.dtype),
+               "indexer_q_prep: q [n, IH, ID] F32/BF16, U8 q8, F32 weights and weights_out");
+  const int64_t n = q.size(0), IH = q.size(1), ID = q.size(2), rows = n * IH;
+  OSPREY_CHECK(q8.numel() == rows * ID && weights.numel() == rows && weights_out.numel() == rows &&
+                   positions.numel() == n && positions.dtype == DType::I32 && rope_dim > 0 &&
+                   rope_dim % 2 == 0 && rope_dim <= ID && inv_freq.numel() * 2 == rope_dim &&
+                   inv_freq.dtype == DType::F32 && ID <= kQPrepMaxId,
+               "indexer_q_prep: q ", shape_str(q.shape), ", ", positions.numel(),
+               " positions, rope ", rope_dim, ", inv_freq of ", inv_freq.numel(), " (ID ≤ ",
+               kQPrepMaxId, ")");
+  if (rows == 0) return;
+  OSPREY_DISPATCH_FLOAT(q.dtype, Tq, {
+    launch_pdl(indexer_q_prep_kernel<Tq>, unsigned((rows + kQPrepRows - 1) / kQPrepRows),
+               32 * kQPrepRows, 0, q8.ptr<uint8_t>(), weights_out.f32(),
+               static_cast<const Tq*>(q.data), weights.f32(), weights_scale,
+               positions.ptr<int32_t>(), inv_freq.f32(), rows, int(IH), int(ID), rope_dim,
+               attention_factor);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }

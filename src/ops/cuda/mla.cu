@@ -38,7 +38,9 @@
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/mla/decode_sm90.cuh"
+#include "ops/cuda/rope.cuh"
 #include "ops/mla.h"
+#include "ops/rope.h"
 
 namespace osprey::ops::cuda {
 
@@ -77,22 +79,38 @@ __global__ void copy_rope_kernel(To* q_abs, const Ti* q, int64_t rows, int qk, i
 }
 
 // q [rows, qk] F32 (rows = n_tokens · H) → q_nope [rows, nope] BF16 (round to nearest even) and
-// q_abs[r, kv_lora : kv_lora + rope] = q[r, nope:] (q_abs rows of `width`). Grid-stride over
-// rows × qk, 256 threads.
+// q_abs[r, kv_lora : kv_lora + rope] = q[r, nope:] (q_abs rows of `width`), rotated by rope
+// (rope.cuh, token r / H at pos[r / H]) when pos is given (mla_absorb_q_rope: each thread computes
+// its own element of the pair from both inputs; q is not written). Grid-stride over rows × qk, 256
+// threads.
 template <typename To>
 __global__ void split_q_kernel(bf16* __restrict__ q_nope, To* __restrict__ q_abs,
                                const float* __restrict__ q, int64_t rows, int qk, int nope,
-                               int width, int kv_lora) {
+                               int width, int kv_lora, const int32_t* __restrict__ pos,
+                               const float* __restrict__ inv_freq, int64_t H, float factor,
+                               bool interleaved) {
   pdl_wait();
   pdl_trigger();
+  const int half = (qk - nope) / 2;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * qk;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / qk;
     const int c = int(i % qk);
-    if (c < nope)
+    if (c < nope) {
       q_nope[r * nope + c] = __float2bfloat16_rn(q[i]);
-    else
-      q_abs[r * width + kv_lora + (c - nope)] = from_f32<To>(q[i]);
+      continue;
+    }
+    const int j = c - nope;
+    float y = q[i];
+    if (pos) {
+      bool first;
+      const int pr = rope_pair_of(j, half, interleaved, first);
+      const float* qr = q + r * qk + nope;
+      float x0 = qr[rope_first(pr, half, interleaved)], x1 = qr[rope_second(pr, half, interleaved)];
+      rope_rotate(x0, x1, rope_cs(float(pos[r / H]), inv_freq[pr], factor));
+      y = first ? x0 : x1;
+    }
+    q_abs[r * width + kv_lora + j] = from_f32<To>(y);
   }
 }
 
@@ -240,13 +258,9 @@ __device__ __forceinline__ void kv_stage_row(float* row, const Ti* kv, const W* 
       row[c] = to_f32(w[c]) * (row[c] * r);
     } else {
       const int i = c - kv_lora;
-      const float angle = p * inv_freq[i];
-      const float cs = cosf(angle) * factor, sn = sinf(angle) * factor;
       float* v = row + kv_lora;
-      const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
-      const float x0 = v[a], x1 = v[b];
-      v[a] = x0 * cs - x1 * sn;
-      v[b] = x1 * cs + x0 * sn;
+      rope_rotate(v[rope_first(i, half, interleaved)], v[rope_second(i, half, interleaved)],
+                  rope_cs(p, inv_freq[i], factor));
     }
   }
   __syncthreads();
@@ -564,7 +578,46 @@ void check_meta(const AttentionMeta& m, const char* op) {
 }
 }  // namespace
 
+namespace {
+// q's rope for absorb_q_impl to apply as it splits q (pos == nullptr: none).
+struct SplitRope {
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;
+  float factor = 1.0f;
+  bool interleaved = false;
+};
+// Whether absorb_q_impl takes split_q_kernel (a BF16 kv_b with an F32 q).
+bool absorb_splits_q(const Tensor& q, const Tensor& kv_b) {
+  return kv_b.dtype == DType::BF16 && q.dtype == DType::F32;
+}
+void absorb_q_impl(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, SplitRope rp);
+}  // namespace
+
 void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
+  absorb_q_impl(q_abs, q, kv_b, nope, v, {});
+}
+
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved) {
+  check_device(positions, "mla_absorb_q_rope", "positions");
+  check_device(inv_freq, "mla_absorb_q_rope", "inv_freq");
+  const int64_t rope_dim = q.size(-1) - nope;
+  OSPREY_CHECK(q.dim() == 3 && rope_dim > 0 && rope_dim % 2 == 0 &&
+                   inv_freq.numel() * 2 == rope_dim && inv_freq.dtype == DType::F32 &&
+                   positions.numel() == q.size(0) && positions.dtype == DType::I32,
+               "mla_absorb_q_rope: q ", shape_str(q.shape), " with nope ", nope, ", inv_freq of ",
+               inv_freq.numel(), ", ", positions.numel(), " positions");
+  if (!absorb_splits_q(q, kv_b)) {  // no split kernel to rotate in: the composition
+    cuda::rope(q, nope, int(rope_dim), positions, inv_freq, attention_factor, interleaved);
+    absorb_q_impl(q_abs, q, kv_b, nope, v, {});
+    return;
+  }
+  absorb_q_impl(q_abs, q, kv_b, nope, v,
+                {positions.ptr<int32_t>(), inv_freq.f32(), attention_factor, interleaved});
+}
+
+namespace {
+void absorb_q_impl(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, SplitRope rp) {
   check_device(q, "mla_absorb_q", "q");
   check_device(kv_b, "mla_absorb_q", "kv_b");
   const int64_t n = q.size(0), H = q.size(1), qk = q.size(2), rope = qk - nope;
@@ -575,13 +628,13 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
                "mla_absorb_q shapes/dtypes");
   if (n == 0) return;
   LtOperand a{kv_b.data, lt_type(kv_b.dtype), false, kv_lora, (nope + v) * kv_lora};
-  if (kv_b.dtype == DType::BF16 && q.dtype == DType::F32) {
+  if (absorb_splits_q(q, kv_b)) {
     auto* q_nope = static_cast<bf16*>(
         scratch(kScratchGemmX, size_t(n * H * nope) * sizeof(bf16)));  // [n, H, nope]
     OSPREY_DISPATCH_FLOAT(q_abs.dtype, To, {
       launch_pdl(split_q_kernel<To>, int(std::min<int64_t>((n * H * qk + 255) / 256, 65536)), 256,
                  0, q_nope, static_cast<To*>(q_abs.data), q.f32(), n * H, int(qk), nope, int(width),
-                 int(kv_lora));
+                 int(kv_lora), rp.pos, rp.inv_freq, H, rp.factor, rp.interleaved);
     });
     OSPREY_CUDA_LAUNCH_CHECK();
     LtOperand b{q_nope, CUDA_R_16BF, false, H * nope, nope};
@@ -603,6 +656,8 @@ void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
+
+}  // namespace
 
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
   check_device(o_lat, "mla_unabsorb_out", "o_lat");

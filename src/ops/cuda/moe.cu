@@ -14,7 +14,8 @@
 //   3. moe_gemm_kernel down: y [n·K, D] F32 = h · downᵀ;
 //   4. moe_combine_vec_kernel (grid [n, D/512], 128 threads, 4 columns a thread; the strided
 //      moe_combine_kernel, grid [n], where D or an address is not 4-aligned): out[t] = Σ_i w_i ·
-//      y[inv[(t, i)]] in slot order (deterministic, no atomics).
+//      y[inv[(t, i)]] in slot order (deterministic, no atomics), then + addend[t] when given (the
+//      shared expert's output: the model's separate add kernel gone).
 //   The experts' weight pointers reach the GEMMs through a device array [E] of MoeExpertPtrs,
 //   uploaded once per expert list (expert_table: keyed by the list's address, rebuilt only when a
 //   pointer changed; later calls compare pointers on the host and upload nothing).
@@ -168,16 +169,18 @@ __global__ void moe_route_kernel(int32_t* __restrict__ topk_ids, float* __restri
   }
 }
 
+// addend (nullptr: none) [n, D] F32: out = acc + addend, one F32 addition after the slot sum.
 template <typename To>
 __global__ void moe_combine_kernel(To* __restrict__ out, const float* __restrict__ y,
                                    const int32_t* __restrict__ inv, const float* __restrict__ w,
-                                   int K, int64_t D) {
+                                   int K, int64_t D, const float* __restrict__ addend) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.0f;
     for (int i = 0; i < K; ++i) acc += w[t * K + i] * y[int64_t(inv[t * K + i]) * D + d];
+    if (addend) acc += addend[t * D + d];
     out[t * D + d] = from_f32<To>(acc);
   }
 }
@@ -188,14 +191,14 @@ __global__ void moe_combine_kernel(To* __restrict__ out, const float* __restrict
 // the slot order are moe_combine_kernel's (acc = 0, then acc += w_i · y_i for i = 0..K−1).
 // Why: one block a token striding over D waited out a load latency per 256 columns; the H100
 // measured 53 µs a layer at B = 64 (14.7 MB: ~5 µs at the copy rate), 222 µs at 2048 tokens.
-// Preconditions: D % 4 == 0, y and out rows 16- (F32) / 8-byte (BF16) aligned (launch_moe_combine
-// checks, else moe_combine_kernel).
+// Preconditions: D % 4 == 0, y, addend and out rows 16- (F32) / 8-byte (BF16) aligned
+// (launch_moe_combine checks, else moe_combine_kernel).
 constexpr int kCombineThreads = 128;
 template <typename To>
 __global__ void __launch_bounds__(kCombineThreads)
     moe_combine_vec_kernel(To* __restrict__ out, const float* __restrict__ y,
                            const int32_t* __restrict__ inv, const float* __restrict__ w, int K,
-                           int64_t D) {
+                           int64_t D, const float* __restrict__ addend) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
@@ -221,24 +224,33 @@ __global__ void __launch_bounds__(kCombineThreads)
         acc[3] += wi[j] * v[j].w;
       }
   }
+  if (addend) {
+    const float4 a = *reinterpret_cast<const float4*>(addend + t * D + c);
+    acc[0] += a.x;
+    acc[1] += a.y;
+    acc[2] += a.z;
+    acc[3] += a.w;
+  }
   store4(out + t * D + c, acc);  // BF16 out: round to nearest even, as from_f32
 }
 
 // out [n, D] (F32 / BF16) = the combine of y [n·K, D] F32 through inv [n, K] and the weights
-// [n, K]: the vector kernel where its preconditions hold, else the strided one.
+// [n, K] (+ addend [n, D] F32 when given): the vector kernel where its preconditions hold, else the
+// strided one.
 void launch_moe_combine(Tensor out, const float* y, const int32_t* inv, const float* w, int64_t n,
-                        int64_t K, int64_t D) {
+                        int64_t K, int64_t D, const float* addend) {
   const int64_t e = dtype_size(out.dtype);
   const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(out.data) % uintptr_t(4 * e) == 0;
+                   reinterpret_cast<uintptr_t>(out.data) % uintptr_t(4 * e) == 0 &&
+                   reinterpret_cast<uintptr_t>(addend) % 16 == 0;
   const unsigned col_blocks = unsigned((D / 4 + kCombineThreads - 1) / kCombineThreads);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     if (vec)
       launch_pdl(moe_combine_vec_kernel<To>, dim3(unsigned(n), col_blocks), kCombineThreads, 0,
-                 static_cast<To*>(out.data), y, inv, w, int(K), D);
+                 static_cast<To*>(out.data), y, inv, w, int(K), D, addend);
     else
       launch_pdl(moe_combine_kernel<To>, unsigned(n), 256, 0, static_cast<To*>(out.data), y, inv, w,
-                 int(K), D);
+                 int(K), D, addend);
   });
   OSPREY_CUDA_LAUNCH_CHECK();
 }
@@ -381,7 +393,7 @@ MoeIndex moe_index_scratch(int64_t rows, int64_t E, int64_t max_tiles) {
 // tile_rows rows (16 at decode, 64 for prefill chunks), the swap-AB kernels, the same combine.
 void moe_experts_fp8_swapab(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                             const MoeExpertPtrs* table, bool maps, int64_t E, int64_t D, int64_t I,
-                            int tile_rows) {
+                            int tile_rows, const float* addend) {
   const int64_t n = x.size(0), K = topk_ids.size(1), rows = n * K;
   const int64_t max_tiles = moe_max_tiles(rows, E, tile_rows);
   const MoeIndex ix = moe_index_scratch(rows, E, max_tiles);
@@ -404,7 +416,7 @@ void moe_experts_fp8_swapab(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_w
   launch_fp8_swapab_moe_gate_up(h8, hs, x8, xs, tiles, int(max_tiles), table, perm, int(K), D, I,
                                 tile_rows, maps);
   launch_fp8_swapab_moe_down(y, h8, hs, tiles, int(max_tiles), table, D, I, tile_rows, maps);
-  launch_moe_combine(out, y, inv, topk_weights.f32(), n, K, D);
+  launch_moe_combine(out, y, inv, topk_weights.f32(), n, K, D, addend);
 }
 }  // namespace
 
@@ -444,8 +456,9 @@ void moe_route(Tensor topk_ids, Tensor topk_weights, Tensor router_logits, Tenso
 }
 
 void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
-                 const std::vector<MlpWeights>& experts) {
+                 const std::vector<MlpWeights>& experts, Tensor addend) {
   check_device(x, "moe_experts", "x");
+  if (addend.data) check_device(addend, "moe_experts", "addend");
   check_device(out, "moe_experts", "out");
   check_device(topk_ids, "moe_experts", "topk_ids");
   check_device(topk_weights, "moe_experts", "topk_weights");
@@ -458,6 +471,10 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
                    E >= 1 && E <= kMaxExperts && rows < (int64_t(1) << 31),
                "moe_experts: x ", shape_str(x.shape), " ", dtype_name(x.dtype), ", out ",
                shape_str(out.shape), ", topk_ids ", shape_str(topk_ids.shape), ", ", E, " experts");
+  OSPREY_CHECK(addend.data == nullptr || (addend.numel() == n * D && addend.dtype == DType::F32),
+               "moe_experts: addend ", shape_str(addend.shape), " ", dtype_name(addend.dtype),
+               " for out ", shape_str(out.shape), " (F32 [n, D])");
+  const float* addend_f32 = addend.data ? addend.f32() : nullptr;
   if (n == 0) return;
   DType weight_type = DType::BF16;
   int64_t I = 0;
@@ -468,7 +485,7 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
       (n <= kSwapAbMoeMaxTokens || g_moe_prefill_swapab)) {
     moe_experts_fp8_swapab(
         out, x, topk_ids, topk_weights, table, maps, E, D, I,
-        n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows : kSwapAbMoePrefillTileRows);
+        n <= kSwapAbMoeMaxTokens ? kSwapAbMoeTileRows : kSwapAbMoePrefillTileRows, addend_f32);
     return;
   }
   const int64_t max_tiles = moe_max_tiles(rows, E);
@@ -483,7 +500,7 @@ void moe_experts(Tensor out, Tensor x, Tensor topk_ids, Tensor topk_weights,
   launch_moe_gate_up(h, x.data, x.dtype, weight_type, tiles, int(max_tiles), table, perm, int(K), D,
                      I);
   launch_moe_down(y, h, weight_type, tiles, int(max_tiles), table, D, I);
-  launch_moe_combine(out, y, inv, topk_weights.f32(), n, K, D);
+  launch_moe_combine(out, y, inv, topk_weights.f32(), n, K, D, addend_f32);
 }
 
 }  // namespace osprey::ops::cuda

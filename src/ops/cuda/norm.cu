@@ -17,6 +17,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
+#include "ops/cuda/layer_norm.cuh"
 #include "ops/gemm.h"
 #include "ops/norm.h"
 
@@ -223,19 +224,9 @@ __global__ void layer_norm_kernel(T* out, const T* x, const W* __restrict__ w,
   pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
-  const T* xr = x + row * d;
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += to_f32(xr[i]);
-  const float mean = block_sum(s, red) / float(d);
-  float v = 0.0f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float c = to_f32(xr[i]) - mean;
-    v += c * c;
-  }
-  const float r = rsqrtf(block_sum(v, red) / float(d) + eps);
   T* o = out + row * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    o[i] = from_f32<T>((to_f32(xr[i]) - mean) * r * to_f32(w[i]) + to_f32(b[i]));
+  layer_norm_row(x + row * d, w, b, d, eps, red,
+                 [&](int64_t i, float y) { o[i] = from_f32<T>(y); });
 }
 
 // The shapes both launches take: w [d], out and residual (when given) as x.

@@ -10,6 +10,7 @@
 // one token's angles). rope_dim/2 ≤ kMaxRopeHalf.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
+#include "ops/cuda/rope.cuh"
 #include "ops/rope.h"
 
 namespace osprey::ops::cuda {
@@ -29,22 +30,21 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int64_t t = blockIdx.x;
   const float p = float(pos[t]);
   for (int i = threadIdx.x; i < half; i += kRopeThreads) {
-    const float angle = p * inv_freq[i];
-    cs[i] = cosf(angle) * factor;
-    sn[i] = sinf(angle) * factor;
+    const RopeCs r = rope_cs(p, inv_freq[i], factor);
+    cs[i] = r.c;
+    sn[i] = r.s;
   }
   __syncthreads();
   const int64_t k = int64_t(blockIdx.y) * kRopeThreads + threadIdx.x;
   if (k >= n_heads * half) return;
   const int64_t h = k / half;
   const int i = int(k % half);
-  const float c = cs[i], s = sn[i];
   T* v = x + (t * n_heads + h) * head_dim + offset;
-  const int a = interleaved ? 2 * i : i;
-  const int b = interleaved ? 2 * i + 1 : i + half;
-  const float x0 = to_f32(v[a]), x1 = to_f32(v[b]);
-  v[a] = from_f32<T>(x0 * c - x1 * s);
-  v[b] = from_f32<T>(x1 * c + x0 * s);
+  const int a = rope_first(i, half, interleaved), b = rope_second(i, half, interleaved);
+  float x0 = to_f32(v[a]), x1 = to_f32(v[b]);
+  rope_rotate(x0, x1, {cs[i], sn[i]});
+  v[a] = from_f32<T>(x0);
+  v[b] = from_f32<T>(x1);
 }
 }  // namespace
 
