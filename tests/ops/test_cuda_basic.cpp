@@ -26,24 +26,28 @@ double tol(DType d) {
   return d == DType::F32 ? 1e-6 : 8e-3;
 }
 
+// D = 7168 and 100 take the vector kernel (the last column block of 100 partial), 1030 (not a
+// multiple of 4) the strided one; the values exactly the CPU twin's.
 TEST(CudaOps, Embedding) {
   OSPREY_REQUIRE_GPU();
-  const int64_t V = 16384, D = 7168, n = 67;
-  for (DType tdt : {DType::F32, DType::BF16})
-    for (DType odt : {DType::F32, DType::BF16}) {
-      Buffer table = rand_f32({V, D});
-      round_bf16(table);
-      Buffer ids(DType::I32, {n});
-      std::uniform_int_distribution<int> pick(0, int(V) - 1);
-      for (int64_t i = 0; i < n; ++i) ids.ptr<int32_t>()[i] = pick(rng());
-      Buffer ref(DType::F32, {n, D});
-      ops::embedding(ref, ids, table);
-      DeviceBuffer d_table = upload(table, tdt), d_ids = cuda::to_device(ids);
-      DeviceBuffer out = poisoned(odt, {n, D});
-      ops::embedding(out, d_ids, d_table);
-      expect_close(std::string("embedding table ") + name(tdt) + " out " + name(odt), download(out),
-                   ref, 0.0);
-    }
+  const int64_t V = 16384, n = 67;
+  for (int64_t D : {7168, 1030, 100})
+    for (DType tdt : {DType::F32, DType::BF16})
+      for (DType odt : {DType::F32, DType::BF16}) {
+        Buffer table = rand_f32({V, D});
+        round_bf16(table);
+        Buffer ids(DType::I32, {n});
+        std::uniform_int_distribution<int> pick(0, int(V) - 1);
+        for (int64_t i = 0; i < n; ++i) ids.ptr<int32_t>()[i] = pick(rng());
+        Buffer ref(DType::F32, {n, D});
+        ops::embedding(ref, ids, table);
+        DeviceBuffer d_table = upload(table, tdt), d_ids = cuda::to_device(ids);
+        DeviceBuffer out = poisoned(odt, {n, D});
+        ops::embedding(out, d_ids, d_table);
+        expect_close(std::string("embedding D ") + std::to_string(D) + " table " + name(tdt) +
+                         " out " + name(odt),
+                     download(out), ref, 0.0);
+      }
 }
 
 // Widths 7168 / 1536 / 512 take the register-resident kernel (7, 1.5 and 0.5 quads a thread);

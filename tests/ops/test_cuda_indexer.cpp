@@ -298,8 +298,25 @@ TEST(CudaOps, IndexerKWriteFusedEqualsUnfused) {
   ops::indexer_k_write(ff, dk, dnw, dnb, 1e-6f, 64, dfreq, kRopeFactor, padded);
   ops::indexer_cache_write(fp, dkn.view().reshape({n, ID}), padded);
   const Buffer gff = download(ff), gfp = download(fp);
-  EXPECT_EQ(std::memcmp(gff.f32(), gfp.f32(), size_t(gff.numel()) * 4), 0)
-      << "F32 key cache: fused differs from unfused";
+  // The F32 keys: within 2 F32 ulps of their row's largest value of the unfused kernels' (an H100
+  // run found them not bit for bit equal: a rotated pair's x0·c − x1·s may contract into an FMA in
+  // one kernel and not the other; the FP8 bytes above are equal), with the count that differ.
+  int64_t f32_differ = 0;
+  double f32_worst = 0.0;
+  for (int64_t row = 0; row < gff.numel() / ID; ++row) {
+    double amax = 0.0;
+    for (int64_t d = 0; d < ID; ++d)
+      amax = std::max(amax, double(std::fabs(gfp.f32()[row * ID + d])));
+    for (int64_t d = 0; d < ID; ++d) {
+      const double a = gff.f32()[row * ID + d], c = gfp.f32()[row * ID + d];
+      f32_differ += a != c;
+      if (a != c) f32_worst = std::max(f32_worst, std::fabs(a - c) / amax);
+    }
+  }
+  EXPECT_LT(f32_worst, 2.4e-7) << "F32 key cache: fused against unfused";
+  std::printf("TWIN %-44s %lld of %lld values differ, worst %.2e of the row's amax  %s\n",
+              "indexer_k_write F32 (fused vs unfused)", static_cast<long long>(f32_differ),
+              static_cast<long long>(n * ID), f32_worst, f32_worst < 2.4e-7 ? "ok" : "FAIL");
   const int64_t slot0 = b.slot_mapping.ptr<int64_t>()[0];
   EXPECT_EQ(std::memcmp(gff.f32() + slot0 * ID, fcache.f32() + slot0 * ID, ID * 4), 0)
       << "the padding slot's row was written";
