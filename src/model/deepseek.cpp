@@ -498,38 +498,35 @@ void DeepseekModel::indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor top
   // rope and cache write in one op; with the FP8 key cache, q's rope, the weights' scale and q's
   // quantisation in one.
   const bool fused = !o.dump && rope_fusion_enabled();
-  if (fused && index_keys.dtype == DType::U8) {
-    ops::indexer_k_write(index_keys, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f, rope, inv_freq_,
-                         rope_attention_factor_, b.attn);
-    Tensor iq8 = alloc(DType::U8, {T, IH, ID});  // [n_tokens, IH, ID] e4m3
-    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × IH^-0.5 × q scales
-    ops::indexer_q_prep(iq8, w8, iq, weights, w_scale, rope, b.attn.positions, inv_freq_,
-                        rope_attention_factor_);
-    ops::indexer_topk(topk, iq8, w8, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
-    return;
-  }
+  const bool fp8_keys = index_keys.dtype == DType::U8;
+  Tensor ik;  // [n_tokens, 1, ID] (the unfused path's key; a dump's stage)
   if (fused) {
     ops::indexer_k_write(index_keys, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f, rope, inv_freq_,
                          rope_attention_factor_, b.attn);
-  }
-  // iq [n_tokens, IH, ID]: rope dims first, then the rest
-  ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
-            /*interleaved=*/false);
-  Tensor ik;  // [n_tokens, 1, ID] (the unfused path's key; a dump's stage)
-  if (!fused) {
+  } else {
     ik = alloc(DType::F32, {T, 1, ID});
     ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
     ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
               /*interleaved=*/false);
     ops::indexer_cache_write(index_keys, ik.reshape({T, ID}), b.attn);
   }
-  ops::scale(weights, w_scale);
-  if (index_keys.dtype == DType::U8) {
+  const bool q_fused = fused && fp8_keys;
+  if (!q_fused) {
+    // iq [n_tokens, IH, ID]: rope dims first, then the rest
+    ops::rope(iq, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
+              /*interleaved=*/false);
+    ops::scale(weights, w_scale);
+  }
+  if (fp8_keys) {
     // The FP8 key cache (CUDA): q in e4m3 too, its per-head scales folded into the weights, as
     // DeepSeek's reference indexer (q8 · k8 on FP8 tensor cores).
     Tensor iq8 = alloc(DType::U8, {T, IH, ID});  // [n_tokens, IH, ID] e4m3
-    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × q scales
-    ops::indexer_quantize_q(iq8, w8, iq, weights);
+    Tensor w8 = alloc(DType::F32, {T, IH});      // [n_tokens, IH] weights × IH^-0.5 × q scales
+    if (q_fused)
+      ops::indexer_q_prep(iq8, w8, iq, weights, w_scale, rope, b.attn.positions, inv_freq_,
+                          rope_attention_factor_);
+    else
+      ops::indexer_quantize_q(iq8, w8, iq, weights);
     ops::indexer_topk(topk, iq8, w8, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
   } else {
     ops::indexer_topk(topk, iq, weights, index_keys, b.attn, 1.0f / std::sqrt(float(ID)));
@@ -578,6 +575,15 @@ void DeepseekModel::ffn(int l, const ops::NormOutputs& in, Tensor out,
     o.dump->put(stage(l, "topk_ids"), ids);
     o.dump->put(stage(l, "topk_weights"), wts);
   }
+  // The shared expert first: without EP the routed combine adds its output (routed + shared, one
+  // F32 addition, as ops::add after it; issue 13: the add kernel gone).
+  Tensor shared;  // [n_tokens, D]
+  if (lw.has_shared) {
+    shared = alloc(DType::F32, {T, D});
+    mlp(lw.shared, in, shared);
+    if (shard_.expert_parallel() && shard_.split_tp()) comm_->all_reduce_sum(shared);
+  }
+  const bool combine_adds = shared.data && !shard_.expert_parallel() && out.dtype == DType::F32;
   if (shard_.expert_parallel()) {
     // Experts partitioned: tokens dispatched to their experts' ranks and combined back (TP:
     // each rank dispatches its share of the tokens; the shares are gathered after).
@@ -585,26 +591,11 @@ void DeepseekModel::ffn(int l, const ops::NormOutputs& in, Tensor out,
     const int64_t begin = shard_.split_tp() ? std::min<int64_t>(T, shard_.rank * chunk) : 0;
     const int64_t end = shard_.split_tp() ? std::min<int64_t>(T, begin + chunk) : T;
     moe_expert_parallel(out, x, ids, wts, lw.experts, shard_, *comm_, begin, end, chunk, ws_);
-    if (lw.has_shared) {
-      Tensor shared = alloc(DType::F32, {T, D});
-      mlp(lw.shared, in, shared);
-      if (shard_.split_tp()) comm_->all_reduce_sum(shared);
-      ops::add(out, out, shared);
-    }
-  } else if (lw.has_shared && out.dtype == DType::F32) {
-    // The shared expert first: the routed combine adds its output (routed + shared, one F32
-    // addition, as ops::add after it; issue 13: the add kernel gone). TP: both partial sums.
-    Tensor shared = alloc(DType::F32, {T, D});
-    mlp(lw.shared, in, shared);
-    ops::moe_experts(out, x, ids, wts, lw.experts, shared);
   } else {
-    ops::moe_experts(out, x, ids, wts, lw.experts);  // TP: a partial sum over I / tp
-    if (lw.has_shared) {
-      Tensor shared = alloc(DType::F32, {T, D});
-      mlp(lw.shared, in, shared);
-      ops::add(out, out, shared);
-    }
+    // TP: a partial sum over I / tp (the shared one too)
+    ops::moe_experts(out, x, ids, wts, lw.experts, combine_adds ? shared : Tensor{});
   }
+  if (shared.data && !combine_adds) ops::add(out, out, shared);
   // TP without EP: routed and shared partial sums reduced together, one all-reduce.
   if (shard_.split_experts_tp()) comm_->all_reduce_sum(out);
 }

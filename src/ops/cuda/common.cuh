@@ -121,6 +121,12 @@ inline void check_device(const Tensor& t, const char* op, const char* name) {
 inline bool is_f32_or_bf16(DType d) {
   return d == DType::F32 || d == DType::BF16;
 }
+// Whether p's rows of d values of elem bytes each start on a `bytes` boundary (p itself, and
+// d · elem a multiple); a null p (an absent operand) is.
+inline bool rows_aligned(const void* p, int64_t d, int64_t elem, int64_t bytes) {
+  return p == nullptr ||
+         (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0 && (d * elem) % bytes == 0);
+}
 
 // Runs `body` with T = float or bf16 according to dtype (anything else fails).
 #define OSPREY_DISPATCH_FLOAT(dtype, T, ...)                                             \

@@ -42,12 +42,6 @@ __global__ void __launch_bounds__(kVecThreads)
   load4(table + int64_t(id) * d + c, v);
   store4(out + t * d + c, v);
 }
-
-// Whether p's rows of d elements of `bytes` each start 4-element aligned (p, and d a multiple of
-// 4).
-bool rows_vec_aligned(const void* p, int64_t d, int64_t bytes) {
-  return d % 4 == 0 && reinterpret_cast<uintptr_t>(p) % uintptr_t(4 * bytes) == 0;
-}
 }  // namespace
 
 void embedding(Tensor out, Tensor ids, Tensor table) {
@@ -56,8 +50,8 @@ void embedding(Tensor out, Tensor ids, Tensor table) {
   const int64_t n = ids.numel(), d = table.size(1), v = table.size(0);
   OSPREY_CHECK(out.numel() == n * d && ids.dtype == DType::I32, "embedding shapes");
   if (n == 0) return;
-  const bool vec = rows_vec_aligned(out.data, d, int64_t(dtype_size(out.dtype))) &&
-                   rows_vec_aligned(table.data, d, int64_t(dtype_size(table.dtype)));
+  const int64_t eo = int64_t(dtype_size(out.dtype)), et = int64_t(dtype_size(table.dtype));
+  const bool vec = rows_aligned(out.data, d, eo, 4 * eo) && rows_aligned(table.data, d, et, 4 * et);
   const unsigned col_blocks = unsigned((d / 4 + kVecThreads - 1) / kVecThreads);
   OSPREY_DISPATCH_FLOAT(
       out.dtype, To, OSPREY_DISPATCH_FLOAT(table.dtype, Ti, {

@@ -576,9 +576,7 @@ void check_meta(const AttentionMeta& m, const char* op) {
   check_device(m.positions, op, "positions");
   check_device(m.seq_lens, op, "seq_lens");
 }
-}  // namespace
 
-namespace {
 // q's rope for absorb_q_impl to apply as it splits q (pos == nullptr: none).
 struct SplitRope {
   const int32_t* pos = nullptr;
@@ -590,33 +588,7 @@ struct SplitRope {
 bool absorb_splits_q(const Tensor& q, const Tensor& kv_b) {
   return kv_b.dtype == DType::BF16 && q.dtype == DType::F32;
 }
-void absorb_q_impl(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, SplitRope rp);
-}  // namespace
-
-void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
-  absorb_q_impl(q_abs, q, kv_b, nope, v, {});
-}
-
-void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
-                       Tensor inv_freq, float attention_factor, bool interleaved) {
-  check_device(positions, "mla_absorb_q_rope", "positions");
-  check_device(inv_freq, "mla_absorb_q_rope", "inv_freq");
-  const int64_t rope_dim = q.size(-1) - nope;
-  OSPREY_CHECK(q.dim() == 3 && rope_dim > 0 && rope_dim % 2 == 0 &&
-                   inv_freq.numel() * 2 == rope_dim && inv_freq.dtype == DType::F32 &&
-                   positions.numel() == q.size(0) && positions.dtype == DType::I32,
-               "mla_absorb_q_rope: q ", shape_str(q.shape), " with nope ", nope, ", inv_freq of ",
-               inv_freq.numel(), ", ", positions.numel(), " positions");
-  if (!absorb_splits_q(q, kv_b)) {  // no split kernel to rotate in: the composition
-    cuda::rope(q, nope, int(rope_dim), positions, inv_freq, attention_factor, interleaved);
-    absorb_q_impl(q_abs, q, kv_b, nope, v, {});
-    return;
-  }
-  absorb_q_impl(q_abs, q, kv_b, nope, v,
-                {positions.ptr<int32_t>(), inv_freq.f32(), attention_factor, interleaved});
-}
-
-namespace {
+// mla_absorb_q, with q's rope applied by split_q_kernel when rp.pos is given.
 void absorb_q_impl(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, SplitRope rp) {
   check_device(q, "mla_absorb_q", "q");
   check_device(kv_b, "mla_absorb_q", "kv_b");
@@ -656,8 +628,30 @@ void absorb_q_impl(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, SplitRo
                         }));
   OSPREY_CUDA_LAUNCH_CHECK();
 }
-
 }  // namespace
+
+void mla_absorb_q(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v) {
+  absorb_q_impl(q_abs, q, kv_b, nope, v, {});
+}
+
+void mla_absorb_q_rope(Tensor q_abs, Tensor q, Tensor kv_b, int nope, int v, Tensor positions,
+                       Tensor inv_freq, float attention_factor, bool interleaved) {
+  check_device(positions, "mla_absorb_q_rope", "positions");
+  check_device(inv_freq, "mla_absorb_q_rope", "inv_freq");
+  const int64_t rope_dim = q.size(-1) - nope;
+  OSPREY_CHECK(q.dim() == 3 && rope_dim > 0 && rope_dim % 2 == 0 &&
+                   inv_freq.numel() * 2 == rope_dim && inv_freq.dtype == DType::F32 &&
+                   positions.numel() == q.size(0) && positions.dtype == DType::I32,
+               "mla_absorb_q_rope: q ", shape_str(q.shape), " with nope ", nope, ", inv_freq of ",
+               inv_freq.numel(), ", ", positions.numel(), " positions");
+  if (!absorb_splits_q(q, kv_b)) {  // no split kernel to rotate in: the composition
+    cuda::rope(q, nope, int(rope_dim), positions, inv_freq, attention_factor, interleaved);
+    absorb_q_impl(q_abs, q, kv_b, nope, v, {});
+    return;
+  }
+  absorb_q_impl(q_abs, q, kv_b, nope, v,
+                {positions.ptr<int32_t>(), inv_freq.f32(), attention_factor, interleaved});
+}
 
 void mla_unabsorb_out(Tensor out, Tensor o_lat, Tensor kv_b, int nope) {
   check_device(o_lat, "mla_unabsorb_out", "o_lat");

@@ -240,9 +240,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 void launch_moe_combine(Tensor out, const float* y, const int32_t* inv, const float* w, int64_t n,
                         int64_t K, int64_t D, const float* addend) {
   const int64_t e = dtype_size(out.dtype);
-  const bool vec = D % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(out.data) % uintptr_t(4 * e) == 0 &&
-                   reinterpret_cast<uintptr_t>(addend) % 16 == 0;
+  const bool vec = rows_aligned(y, D, 4, 16) && rows_aligned(out.data, D, e, 4 * e) &&
+                   rows_aligned(addend, D, 4, 16);
   const unsigned col_blocks = unsigned((D / 4 + kCombineThreads - 1) / kCombineThreads);
   OSPREY_DISPATCH_FLOAT(out.dtype, To, {
     if (vec)

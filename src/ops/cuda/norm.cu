@@ -238,12 +238,6 @@ void check_rms(const Tensor& out, const Tensor& residual, const Tensor& x, const
       "add_rms_norm residual");
 }
 
-// Whether p's rows of d values start on a `bytes` boundary (p itself, and d · elem a multiple).
-bool rows_aligned(const void* p, int64_t d, int64_t elem, int64_t bytes) {
-  return p == nullptr ||
-         (reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0 && (d * elem) % bytes == 0);
-}
-
 // OSPREY_NORM_VEC=0 sends every RMS norm to the strided kernels (the A/B of `bench step`); read
 // once, anything but 0 or 1 is an error.
 bool vec_norms_enabled() {
