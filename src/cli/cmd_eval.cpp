@@ -118,6 +118,7 @@ std::vector<std::string> answer_offline(const Args& a, const std::vector<eval::A
   ec.enable_prefix_caching = false;  // every prompt differs after a few tokens
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = use_cuda_graph(a.graphs, b.model->device(), b.model->parallel());
+  ec.cuda_graph_capture_sizes = a.graphs.sizes;
   ec.max_num_batched_tokens =
       std::max(ec.max_num_batched_tokens, batch * (1 + ec.speculative.num_speculative_tokens));
   if (ec.speculative.enabled())

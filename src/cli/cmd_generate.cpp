@@ -60,6 +60,7 @@ void run_tokens(const Args& a, const std::string& dir) {
     EngineConfig ec = offline_engine_config(m->config(), 1, int64_t(ids.size()), a.max_tokens);
     ec.speculative = spec;
     ec.cuda_graph = cuda_graph;
+    ec.cuda_graph_capture_sizes = a.graphs.sizes;
     Engine e(*m, ec);
     SamplingParams p;
     p.temperature = 0.0f;
@@ -110,6 +111,7 @@ void run_prompt(const Args& a, const std::string& dir) {
       offline_engine_config(b.model->config(), 1, int64_t(prompt.size()), a.max_tokens);
   ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.cuda_graph = use_cuda_graph(a.graphs, b.model->device(), b.model->parallel());
+  ec.cuda_graph_capture_sizes = a.graphs.sizes;
   Engine e(*b.model, ec, make_text_decoder_factory(*b.tokenizer));
   const auto t0 = std::chrono::steady_clock::now();
   e.add_request(1, prompt, p);

@@ -294,6 +294,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ec.speculative = spec;
   ec.async_scheduling = a.async_scheduling;
   ec.cuda_graph = use_cuda_graph(a.graphs, bundle.model->device(), bundle.model->parallel());
+  ec.cuda_graph_capture_sizes = a.graphs.sizes;
   server::Metrics metrics;
   TextDecoderFactory decoders;
   if (bundle.tokenizer) decoders = make_text_decoder_factory(*bundle.tokenizer);

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -14,10 +15,11 @@ namespace osprey::cli {
 // --device cpu | cuda; anything else fails with a message naming the value.
 Device parse_device_flag(const std::string& device);
 
-// --cuda-graph / --enforce-eager, as the user gave them.
+// --cuda-graph / --enforce-eager / --cuda-graph-sizes, as the user gave them.
 struct CudaGraphFlags {
   bool cuda_graph = false;     // asked for explicitly: an error where graphs cannot run
   bool enforce_eager = false;  // vLLM's --enforce-eager: every step eager
+  std::vector<int> sizes;      // --cuda-graph-sizes (empty: cuda_graph_capture_sizes' default)
 };
 void add_cuda_graph_flags(CLI::App* sub, CudaGraphFlags& flags);
 

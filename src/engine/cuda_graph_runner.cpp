@@ -16,7 +16,10 @@
 namespace osprey {
 
 namespace {
-// vLLM's capture sizes: 1, 2, 4, then every kSizeStep up to max_num_seqs.
+// vLLM's capture sizes: 1, 2, 4, then every kSizeStep up to max_num_seqs. (Multiples of 16 past
+// 32 — the FP8 block-scaled GEMMs' token padding, whose outputs a bucket of 40 or 56 copies out
+// of a padded scratch: 40 memcpy nodes in the dsv32 B = 56 graph — measured no faster on the
+// 5000/500/64 wave, H100 2026-12-06: bench/RESULTS.md; `--cuda-graph-sizes` chooses others.)
 constexpr int kSizeStep = 8;
 }  // namespace
 

@@ -139,6 +139,9 @@ Engine::Engine(const DeepseekModel& model, const EngineConfig& cfg, TextDecoderF
       if (b < 1 || b > sched_cfg_.max_num_seqs)
         fail("CUDA graph capture size ", b,
              " is outside [1, max_num_seqs = ", sched_cfg_.max_num_seqs, "]");
+    // Ascending and distinct: a batch takes the smallest size that holds it.
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     graphs_ = std::make_unique<CudaGraphRunner>(model, std::move(sizes));
     graph_sampling_ = cfg.cuda_graph_sampling;
     // The penalty slots of a full batch from the start: the sampling graphs point at them, and a

@@ -25,6 +25,8 @@ TEST(CudaGraphBuckets, CaptureSizesAreVllms) {
   EXPECT_EQ(cuda_graph_capture_sizes(20), (std::vector<int>{1, 2, 4, 8, 16, 20}));
   EXPECT_EQ(cuda_graph_capture_sizes(64),
             (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64}));
+  EXPECT_EQ(cuda_graph_capture_sizes(100),
+            (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 100}));
 }
 
 TEST(CudaGraphBuckets, SmallestBucketThatHoldsTheBatch) {
@@ -34,6 +36,8 @@ TEST(CudaGraphBuckets, SmallestBucketThatHoldsTheBatch) {
   EXPECT_EQ(cuda_graph_bucket(s, 5), 8);
   EXPECT_EQ(cuda_graph_bucket(s, 8), 8);
   EXPECT_EQ(cuda_graph_bucket(s, 9), 16);
+  EXPECT_EQ(cuda_graph_bucket(s, 33), 40);
+  EXPECT_EQ(cuda_graph_bucket(s, 54), 56);  // the 5000/500/64 wave's mean decode batch
   EXPECT_EQ(cuda_graph_bucket(s, 57), 64);
   EXPECT_EQ(cuda_graph_bucket(s, 65), 0);  // larger than every bucket: eager
 }

@@ -89,6 +89,13 @@ struct SparseDecodeKernel {
   ~SparseDecodeKernel() { ops::cuda::set_mla_sparse_decode_kernel(was); }
 };
 
+// Sets the combine of many-token decode batches (one round of loads, or the 16-split rounds).
+struct CombineFewSplits {
+  bool was;
+  explicit CombineFewSplits(bool on) : was(ops::cuda::set_mla_combine_few_splits(on)) {}
+  ~CombineFewSplits() { ops::cuda::set_mla_combine_few_splits(was); }
+};
+
 struct Case {
   std::vector<int> ctx, n_new;
   int64_t heads = 128;
@@ -159,6 +166,27 @@ TEST(CudaMlaSm90, SparseDecodeOneSequenceCombinesEverySplit) {
       c.out_dt = out_dt;
       run_case(c);
     }
+}
+
+// Decode batches of more than 16 sequences, whose combine blocks take 4 heads: B = 56 (the wave's
+// decode batch; 32 heads, one head group over 132 runs: 2–4 splits a token, merged in one round
+// of loads) and B = 17 (8–9 splits a token: the rounds after the warps' reductions), contexts
+// from 1 to 5000, both cache formats, with each combine (set_mla_combine_few_splits) against the
+// CPU twin.
+TEST(CudaMlaSm90, SparseDecodeManySequencesBothCombines) {
+  OSPREY_REQUIRE_GPU();
+  for (const bool few : {true, false}) {
+    CombineFewSplits scope(few);
+    for (const int B : {56, 17})
+      for (const bool fp8 : {false, true}) {
+        std::vector<int> ctx(static_cast<size_t>(B)), n_new(static_cast<size_t>(B), 1);
+        for (int i = 0; i < B; ++i) ctx[size_t(i)] = i % 7 == 3 ? 1 + 97 * i : 5000 - 13 * i;
+        Case c{ctx, n_new};
+        c.heads = 32;
+        c.fp8 = fp8;
+        run_case(c);
+      }
+  }
 }
 
 TEST(CudaMlaSm90, SparseRepeatedIndicesAndSq2) {

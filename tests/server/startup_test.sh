@@ -3,7 +3,8 @@
 #   startup_test.sh OSPREY_BINARY
 # A KV cache too small for one max_model_len sequence, --device cuda without the CUDA backend
 # (or without a device), and bad flag values each exit 1 with a message naming the numbers;
-# --cuda-graph where graphs cannot run, or with --enforce-eager, exits 1 naming why.
+# --cuda-graph (or --cuda-graph-sizes) where graphs cannot run, or with --enforce-eager, exits 1
+# naming why.
 set -euo pipefail
 osprey=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -50,4 +51,9 @@ run generate --tokens 1,2,3 --max-tokens 2 --cuda-graph
 [[ $rc == 1 && $out == *"CUDA graphs (--cuda-graph) need"* ]] || fail "--cuda-graph on the CPU: $out"
 run generate --tokens 1,2,3 --max-tokens 2 --enforce-eager
 [[ $rc == 0 ]] || fail "generate --enforce-eager on the CPU: exit status $rc: $out"
+# --cuda-graph-sizes: contradicts --enforce-eager; refused where no graph runs (the CPU).
+run serve --port 0 --cuda-graph-sizes 8,16 --enforce-eager
+[[ $rc == 1 && $out == *"--cuda-graph-sizes and --enforce-eager contradict each other"* ]] || fail "--cuda-graph-sizes with --enforce-eager: $out"
+run generate --tokens 1,2,3 --max-tokens 2 --cuda-graph-sizes 1,2
+[[ $rc == 1 && $out == *"--cuda-graph-sizes needs CUDA graphs"*"on the CPU"* ]] || fail "--cuda-graph-sizes on the CPU: $out"
 echo "startup_test: all checks passed"

@@ -46,6 +46,12 @@ MlaPrefillKernel set_mla_sparse_decode_kernel(MlaPrefillKernel k);
 MlaPrefillKernel mla_sparse_decode_kernel();
 // How many calls the prefill variants (pipelined or overlapped) have served.
 int64_t mla_prefill_variant_calls();
+// The split-KV combine of decode batches of more than 16 tokens: true (the default) merges each
+// token's splits in one round of loads when it has at most 4 (smaller blocks, 3 an SM); false
+// takes the 16-split rounds of the B = 1 combine for every batch (OSPREY_MLA_COMBINE=rounds; the
+// A/B and the tests' second path). Returns the previous setting.
+bool set_mla_combine_few_splits(bool enabled);
+bool mla_combine_few_splits();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
 

@@ -9,11 +9,16 @@
 //   once), heads y·heads .. of it, 128 threads a head, 4 of the kv_lora = 512 columns a thread.
 //   out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M), M = max_s lse_s (each warp of a head
 //   reduces M and the sum over the ≤ n_parts splits itself), lse = (M + log2 Σ_s 2^(lse_s − M))
-//   · ln 2. The partials are summed in split order, kCombineUnroll splits' loads in flight a
-//   thread.
+//   · ln 2. The partials are summed in split order. A token of at most kUnroll splits (a decode
+//   batch of many sequences: 2–3) is merged in one round of loads, M and the sum in each thread;
+//   more (B = 1: up to n_parts) in rounds of kUnroll loads after the warps' reductions of M and
+//   the sum. kUnroll = kCombineFewSplits for batches of more than kCombineFewTokens tokens,
+//   kCombineUnroll otherwise.
 #include <cub/block/block_scan.cuh>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
@@ -33,6 +38,13 @@ constexpr int kCombineThreadsPerHead = 128;  // 4 of the 512 latent columns a th
 // splits × 128 heads × 512 F32 = 8 MB just written (in L2); 16K threads × 4 loads of 16 B in
 // flight took 11.1 µs (H200, Nsight Compute: 8 rounds of L2 latency a thread), so 16: 2 rounds.
 constexpr int kCombineUnroll = 16;
+// Many split tokens (a decode batch of B > kCombineFewTokens sequences over n_parts runs): each
+// token has 2–3 splits, so the blocks are 4 heads of 128 threads whose one round of loads holds
+// up to kCombineFewSplits splits; at kCombineUnroll's 128 registers a thread only one 512-thread
+// block fits an SM (H100, B = 56: 1,792 blocks in 14 waves, 32 µs a layer, Nsight Compute), so
+// the launch bound asks for kCombineFewSplitsBlocks blocks an SM (≤ 42 registers a thread).
+constexpr int kCombineFewSplits = 4;
+constexpr int kCombineFewSplitsBlocks = 3;
 constexpr float kLn2 = 0.6931471805599453f;
 
 __global__ void __launch_bounds__(kPlanThreads)
@@ -105,8 +117,19 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+// One head's merge, 4 latent columns a thread (kv_lora = 4 · kCombineThreadsPerHead): o points at
+// the thread's 4 output columns, po at its 4 columns of split 0's partial.
 template <typename To>
-__global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead)
+__device__ __forceinline__ void store4(To* o, float4 a) {
+  o[0] = from_f32<To>(a.x);
+  o[1] = from_f32<To>(a.y);
+  o[2] = from_f32<To>(a.z);
+  o[3] = from_f32<To>(a.w);
+}
+
+template <typename To, int kUnroll>
+__global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
+                                  kUnroll <= kCombineFewSplits ? kCombineFewSplitsBlocks : 1)
     mla_combine_kernel(To* __restrict__ out, float* __restrict__ lse,
                        const float* __restrict__ part_o, const float* __restrict__ part_lse,
                        const int32_t* __restrict__ n_splits, const int32_t* __restrict__ split_base,
@@ -123,13 +146,56 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead)
   const int ns = n_splits[t];
   const int slot0 = split_base[t];
   const float* lse_s = part_lse + int64_t(slot0) * H + h;  // split s at lse_s[s·H]
-  // M and Σ 2^(lse_s − M), each warp on its own (lanes over the splits, then a warp reduction).
+  const int64_t o_stride = int64_t(H) * kv_lora;  // floats between one split's partial and the next
+  const float* po = part_o + (int64_t(slot0) * H + h) * kv_lora + ht * 4;
+  To* o = out + (int64_t(t) * H + h) * kv_lora + ht * 4;
+  if (ns <= kUnroll) {
+    // Every split's partial and lse loaded in one round (a decode batch of many sequences: 2–3
+    // splits a token), M and the sum over them in split order in each thread.
+    float4 v[kUnroll];
+    float w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool ok = u < ns;
+      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(u) * o_stride))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+      w[u] = ok ? lse_s[int64_t(u) * H] : -INFINITY;
+    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) M = fmaxf(M, w[u]);
+    if (M == -INFINITY) {  // nothing attended in any split
+      store4(o, make_float4(0.f, 0.f, 0.f, 0.f));
+      if (lse && ht == 0) lse[int64_t(t) * H + h] = -INFINITY;
+      return;
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      w[u] = u < ns ? exp2f(w[u] - M) : 0.0f;
+      sum += w[u];
+    }
+    const float inv = 1.0f / sum;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float wu = w[u] * inv;
+      acc.x += wu * v[u].x;
+      acc.y += wu * v[u].y;
+      acc.z += wu * v[u].z;
+      acc.w += wu * v[u].w;
+    }
+    store4(o, acc);
+    if (lse && ht == 0) lse[int64_t(t) * H + h] = (M + log2f(sum)) * kLn2;
+    return;
+  }
+  // More splits than one round holds (B = 1: up to n_parts): M and Σ 2^(lse_s − M), each warp on
+  // its own (lanes over the splits, then a warp reduction), then the partials kUnroll at a time.
   float M = -INFINITY;
   for (int s = lane; s < ns; s += 32) M = fmaxf(M, lse_s[int64_t(s) * H]);
   M = warp_max(M);
-  To* o = out + (int64_t(t) * H + h) * kv_lora;
-  if (M == -INFINITY) {  // nothing attended in any split
-    for (int c = ht; c < kv_lora; c += kCombineThreadsPerHead) o[c] = from_f32<To>(0.0f);
+  if (M == -INFINITY) {
+    store4(o, make_float4(0.f, 0.f, 0.f, 0.f));
     if (lse && ht == 0) lse[int64_t(t) * H + h] = -INFINITY;
     return;
   }
@@ -138,35 +204,32 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead)
   // the same total in every lane, and in every warp of the head (the same lane order)
   const float wsum = warp_sum(part);
   const float inv = 1.0f / wsum;
-  const int64_t o_stride = int64_t(H) * kv_lora;  // floats between one split's partial and the next
-  for (int c = ht * 4; c < kv_lora; c += kCombineThreadsPerHead * 4) {
-    const float* po = part_o + (int64_t(slot0) * H + h) * kv_lora + c;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < ns; s += kCombineUnroll) {
-      float4 v[kCombineUnroll];
-      float w[kCombineUnroll];
+  // Loads in flight a round: kUnroll, or 2 in the few-splits variant (whose register bound
+  // leaves no room for 4 more float4s here: 92 bytes spilled).
+  constexpr int kRound = kUnroll <= kCombineFewSplits ? 2 : kUnroll;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+  for (int s = 0; s < ns; s += kRound) {
+    float4 v[kRound];
+    float w[kRound];
 #pragma unroll
-      for (int u = 0; u < kCombineUnroll; ++u) {
-        const bool ok = s + u < ns;
-        v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s + u) * o_stride))
-                  : make_float4(0.f, 0.f, 0.f, 0.f);
-        w[u] = ok ? lse_s[int64_t(s + u) * H] : -INFINITY;
-      }
-#pragma unroll
-      for (int u = 0; u < kCombineUnroll; ++u) {
-        if (s + u >= ns) break;
-        const float wu = exp2f(w[u] - M) * inv;
-        acc.x += wu * v[u].x;
-        acc.y += wu * v[u].y;
-        acc.z += wu * v[u].z;
-        acc.w += wu * v[u].w;
-      }
+    for (int u = 0; u < kRound; ++u) {
+      const bool ok = s + u < ns;
+      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s + u) * o_stride))
+                : make_float4(0.f, 0.f, 0.f, 0.f);
+      w[u] = ok ? lse_s[int64_t(s + u) * H] : -INFINITY;
     }
-    o[c] = from_f32<To>(acc.x);
-    o[c + 1] = from_f32<To>(acc.y);
-    o[c + 2] = from_f32<To>(acc.z);
-    o[c + 3] = from_f32<To>(acc.w);
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      if (s + u >= ns) break;
+      const float wu = exp2f(w[u] - M) * inv;
+      acc.x += wu * v[u].x;
+      acc.y += wu * v[u].y;
+      acc.z += wu * v[u].z;
+      acc.w += wu * v[u].w;
+    }
   }
+  store4(o, acc);
   if (lse && ht == 0) lse[int64_t(t) * H + h] = (M + log2f(wsum)) * kLn2;
 }
 
@@ -184,7 +247,23 @@ struct PlanCache {
 };
 PlanCache g_plan;
 int64_t g_plan_builds = 0;
+bool g_combine_few_splits = [] {
+  const char* e = std::getenv("OSPREY_MLA_COMBINE");
+  if (!e || !*e || std::strcmp(e, "one-round") == 0) return true;
+  OSPREY_CHECK(std::strcmp(e, "rounds") == 0, "OSPREY_MLA_COMBINE must be one-round or rounds, not '",
+               e, "'");
+  return false;
+}();
 }  // namespace
+
+bool set_mla_combine_few_splits(bool enabled) {
+  const bool was = g_combine_few_splits;
+  g_combine_few_splits = enabled;
+  return was;
+}
+bool mla_combine_few_splits() {
+  return g_combine_few_splits;
+}
 
 int64_t mla_plan_builds() {
   return g_plan_builds;
@@ -254,12 +333,22 @@ void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_
   const int heads = split_tokens <= kCombineFewTokens ? 1 : kCombineMaxHeads;
   const dim3 grid(unsigned(split_tokens), unsigned((H + heads - 1) / heads));
   const unsigned threads = unsigned(heads * kCombineThreadsPerHead);
-  if (out_bf16)
-    launch_pdl(mla_combine_kernel<bf16>, grid, threads, 0, static_cast<bf16*>(out), lse, part_o,
-               part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora);
-  else
-    launch_pdl(mla_combine_kernel<float>, grid, threads, 0, static_cast<float*>(out), lse, part_o,
-               part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora);
+  const bool few_splits = heads == kCombineMaxHeads && g_combine_few_splits;
+#define OSPREY_COMBINE(To, U)                                                               \
+  launch_pdl(mla_combine_kernel<To, U>, grid, threads, 0, static_cast<To*>(out), lse, part_o, \
+             part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora)
+  if (out_bf16) {
+    if (few_splits)
+      OSPREY_COMBINE(bf16, kCombineFewSplits);
+    else
+      OSPREY_COMBINE(bf16, kCombineUnroll);
+  } else {
+    if (few_splits)
+      OSPREY_COMBINE(float, kCombineFewSplits);
+    else
+      OSPREY_COMBINE(float, kCombineUnroll);
+  }
+#undef OSPREY_COMBINE
   OSPREY_CUDA_LAUNCH_CHECK();
 }
 
