@@ -1,5 +1,6 @@
 #include "bench/server_steps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -85,11 +86,38 @@ StepCostOptions roofline_cost_options(const ModelConfig& c, const RooflineOption
   return co;
 }
 
+StepCost mean_step_cost(const ModelConfig& c, const StepKindStats& s, const StepCostOptions& co) {
+  const double d = std::max(0.0, s.decodes);
+  const double n = s.chunk_tokens > 0 ? std::max(1.0, s.chunks) : 0.0;
+  const double d0 = std::floor(d), n0 = std::floor(n);
+  const double fd = d - d0, fn = n - n0;  // the weights of the shapes with one more
+  const int64_t ctx = std::llround(s.decode_context);
+  const int64_t start = std::llround(s.chunk_start);
+  const int64_t tokens = std::max<long long>(1, std::llround(s.chunk_tokens));
+  StepCost sum;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const double w = (i ? fd : 1.0 - fd) * (j ? fn : 1.0 - fn);
+      if (w == 0.0) continue;
+      StepShape shape;
+      shape.decode_contexts.assign(size_t(d0) + size_t(i), ctx);
+      shape.chunks.assign(size_t(n0) + size_t(j), PrefillChunk{start, tokens});
+      const StepCost x = step_cost(c, shape, co);
+      sum.weight_bytes += w * x.weight_bytes;
+      sum.cache_bytes += w * x.cache_bytes;
+      sum.gemm_flops += w * x.gemm_flops;
+      sum.attn_flops += w * x.attn_flops;
+      sum.flops += w * x.flops;
+      sum.experts_touched += w * x.experts_touched;
+    }
+  return sum;
+}
+
 void add_roofline(std::vector<StepKindStats>& kinds, const ModelConfig& c,
                   const RooflineOptions& o) {
   const StepCostOptions co = roofline_cost_options(c, o);
   for (StepKindStats& k : kinds)
-    k.roofline_ms = roofline_seconds(step_cost(c, mean_step_shape(k), co), o.rates, co.fp8) * 1e3;
+    k.roofline_ms = roofline_seconds(mean_step_cost(c, k, co), o.rates, co.fp8) * 1e3;
 }
 
 FullModelEstimate estimate_full_model_decode(const ModelConfig& proxy, const StepKindStats& decode,

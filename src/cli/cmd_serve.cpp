@@ -43,7 +43,7 @@ struct Args {
                      tool_call_parser = "auto", reasoning_parser = "auto", speculative_config,
                      token_budget_policy = "fixed";
   double target_step_ms = 0;
-  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 2048,
+  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 0,
       io_threads = 2;
   int64_t num_blocks_override = 0;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
@@ -251,9 +251,22 @@ void run(const Args& a, bool kv_given, bool util_given) {
   ModelBundle bundle = load_model_bundle(dir, bo);
   if (serve_worker_ranks(bundle.group.get())) return;
   bundle.model->set_kv_cache_dtype(kv_dtype);
+  int budget = a.max_num_batched_tokens;
+  if (budget == 0) {  // vLLM's default for the device (engine.h)
+    size_t total_b = 0;
+    std::string name;
+#ifdef OSPREY_WITH_CUDA
+    if (cuda) {
+      size_t free_b = 0;
+      ops::cuda::memory_info(&free_b, &total_b);
+      name = ops::cuda::device_name();
+    }
+#endif
+    budget = server_default_max_num_batched_tokens(cuda, total_b, name);
+  }
   EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
-  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_num_batched_tokens = budget;
   ec.token_budget_policy = budget_policy;
   ec.target_step_ms = a.target_step_ms;
   ec.max_model_len = a.max_model_len;
@@ -277,13 +290,15 @@ void run(const Args& a, bool kv_given, bool util_given) {
     ops::cuda::memory_info(&free_b, &total_b);
     const size_t free_weights = free_b;
     const StepProfile prof =
-        profile_step_memory(*bundle.model, a.max_num_batched_tokens, model_len, a.max_num_seqs);
+        profile_step_memory(*bundle.model, budget, model_len, a.max_num_seqs);
     ops::cuda::memory_info(&free_b, &total_b);
     ec.kv_cache_bytes = int64_t(a.gpu_memory_utilization * double(free_b));
     std::fprintf(stderr,
-                 "osprey: profile step (%lld tokens at context %lld, %.2f s) took %.2f GiB; KV "
-                 "cache %.2f GiB (%.2f of %.2f GiB free after the weights and the step)\n",
-                 (long long)prof.tokens, (long long)prof.context, prof.seconds,
+                 "osprey: profile step (%lld tokens in %lld sequence%s at context %lld, %.2f s) "
+                 "took %.2f GiB; KV cache %.2f GiB (%.2f of %.2f GiB free after the weights and "
+                 "the step)\n",
+                 (long long)prof.tokens, (long long)prof.sequences, prof.sequences == 1 ? "" : "s",
+                 (long long)prof.context, prof.seconds,
                  double(free_weights - free_b) / double(1ll << 30),
                  double(ec.kv_cache_bytes) / double(1ll << 30), a.gpu_memory_utilization,
                  double(free_b) / double(1ll << 30));
@@ -340,8 +355,8 @@ void run(const Args& a, bool kv_given, bool util_given) {
                                        : "f32",
       a.max_num_seqs,
       budget_policy == TokenBudgetPolicy::Fixed
-          ? str_cat("fixed ", a.max_num_batched_tokens).c_str()
-          : str_cat("step-time ", a.max_num_batched_tokens, " (target ",
+          ? str_cat("fixed ", budget).c_str()
+          : str_cat("step-time ", budget, " (target ",
                     a.target_step_ms > 0 ? str_cat(a.target_step_ms, " ms").c_str() : "auto", ")")
                 .c_str(),
       bundle.tokenizer ? tokenizer::chat_format_name(bundle.chat->format()).data() : "no tokenizer",
@@ -364,7 +379,8 @@ void register_cmd(CLI::App& app) {
                   "longest prompt + completion (default: the model's)");
   sub->add_option("--max-num-seqs", a->max_num_seqs, "sequences per step (default 64)");
   sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
-                  "tokens per step (default 2048)");
+                  "tokens per step (default, vLLM's for its server: 8192 on a GPU of at least "
+                  "70 GiB other than an A100, else 2048)");
   sub->add_option("--token-budget-policy", a->token_budget_policy,
                   "prompt tokens per step: fixed (whatever --max-num-batched-tokens leaves after "
                   "the decodes) | step-time (chunks beside decodes cut so the step's predicted "

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -11,6 +12,16 @@
 #include "ops/mla.h"
 
 namespace osprey {
+
+int server_default_max_num_batched_tokens(bool gpu, size_t total_bytes,
+                                          const std::string& device_name) {
+  constexpr size_t kLargeGpuBytes = size_t(70) << 30;
+  std::string lower = device_name;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  // vLLM (engine/arg_utils.py) leaves the A100 at 2048: larger budgets lowered its throughput.
+  if (gpu && total_bytes >= kLargeGpuBytes && lower.find("a100") == std::string::npos) return 8192;
+  return 2048;
+}
 
 bool cuda_graph_sampling_default() {
   const char* e = std::getenv("OSPREY_CUDA_GRAPH_SAMPLING");

@@ -51,6 +51,13 @@ namespace osprey {
 // EngineConfig::cuda_graph_sampling's default: on, unless OSPREY_CUDA_GRAPH_SAMPLING=0.
 bool cuda_graph_sampling_default();
 
+// The server's default token budget, vLLM's for its OpenAI server: 8192 tokens a step on a GPU
+// with at least 70 GiB of memory that is not an A100 (H100, H200: `device_name` as CUDA reports
+// it), 2048 otherwise (smaller GPUs, the CPU). On the dsv32 proxy's 5000/500/64 wave (H100,
+// 2026-12-06) 8192 took 10.17 s against 2048's 10.67 s (bench/RESULTS.md).
+int server_default_max_num_batched_tokens(bool gpu, size_t total_bytes,
+                                          const std::string& device_name);
+
 struct EngineConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;

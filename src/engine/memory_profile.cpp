@@ -16,10 +16,18 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
     fail("profile_step_memory: max_num_batched_tokens ", max_num_batched_tokens, ", max_model_len ",
          max_model_len, " and max_num_seqs ", max_num_seqs, " must be positive");
   const ModelConfig& c = model.config();
-  const int64_t chunk = std::min(max_num_batched_tokens, max_model_len);
-  const int64_t start = int64_t(max_model_len) - chunk;
-  const int64_t n_blocks = (int64_t(max_model_len) + kBlockSize - 1) / kBlockSize;
-  PagedKVCache cache = model.make_cache(n_blocks);
+  // The expanded path's step: one sequence of min(budget, max_model_len) new tokens ending at
+  // max_model_len (a step takes that path only while its Σ seq_lens ≤ max_model_len). The
+  // absorbed path's: the whole budget, over as many sequences of max_model_len as it takes
+  // (at most max_num_seqs), each ending at max_model_len — a budget above max_model_len is spent
+  // on several prompts' chunks at once (H100, 2026-12-06: a 16384-token budget at max_model_len
+  // 8192 profiled 8192 tokens, and the wave's first 16384-token step failed every request).
+  const int64_t len = max_model_len;
+  const int64_t total =
+      std::min<int64_t>(max_num_batched_tokens, int64_t(max_num_seqs) * len);  // absorbed step
+  const int64_t n_seqs = (total + len - 1) / len;
+  const int64_t seq_blocks = (len + kBlockSize - 1) / kBlockSize;
+  PagedKVCache cache = model.make_cache(seq_blocks * n_seqs);
   // Zeroed, so the earlier positions' keys are finite numbers (routing and top-k stay sane).
 #ifdef OSPREY_WITH_CUDA  // the device helpers exist only in the CUDA build
   if (cache.device() == Device::CUDA) {
@@ -39,19 +47,28 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
       }
     }
   }
-  SeqStep s;
-  s.start_pos = int32_t(start);
-  s.tokens.resize(size_t(chunk));
-  for (int64_t i = 0; i < chunk; ++i) s.tokens[size_t(i)] = int32_t((i * 7919) % c.vocab_size);
-  for (int64_t b = 0; b < n_blocks; ++b) s.blocks.push_back(int32_t(b));
-  s.all_logits = true;  // logits rows: the last max_num_seqs tokens (the sampler's peak)
-  OwnedBatch owned({s}, kBlockSize);
-  ForwardBatch batch = owned.batch();
-  const int64_t n_logits = std::min<int64_t>(chunk, max_num_seqs);
-  batch.logits_indices = batch.logits_indices.rows(chunk - n_logits, chunk);
+  // Sequence i: `tokens` new tokens ending at max_model_len, in blocks [i·seq_blocks, ...).
+  auto seq = [&](int64_t i, int64_t tokens) {
+    SeqStep s;
+    s.start_pos = int32_t(len - tokens);
+    s.tokens.resize(size_t(tokens));
+    for (int64_t t = 0; t < tokens; ++t)
+      s.tokens[size_t(t)] = int32_t(((i * len + t) * 7919) % c.vocab_size);
+    for (int64_t b = 0; b < seq_blocks; ++b) s.blocks.push_back(int32_t(i * seq_blocks + b));
+    s.all_logits = true;  // logits rows: the step's last max_num_seqs tokens (the sampler's peak)
+    return s;
+  };
+  std::vector<SeqStep> wide;
+  for (int64_t i = 0, left = total; i < n_seqs; ++i, left -= len)
+    wide.push_back(seq(i, std::min(left, len)));
+  const std::vector<SeqStep> narrow = {seq(0, std::min<int64_t>(max_num_batched_tokens, len))};
   const auto t0 = std::chrono::steady_clock::now();
-  // Both attention paths: the step may take either (DeepseekModel::set_max_expanded_kv_rows).
   for (AttentionPath path : {AttentionPath::Expanded, AttentionPath::Absorbed}) {
+    OwnedBatch owned(path == AttentionPath::Expanded ? narrow : wide, kBlockSize);
+    ForwardBatch batch = owned.batch();
+    const int64_t n = batch.attn.n_tokens;
+    const int64_t n_logits = std::min<int64_t>(n, max_num_seqs);
+    batch.logits_indices = batch.logits_indices.rows(n - n_logits, n);
     ForwardOptions o;
     o.path = path;
 #ifdef OSPREY_WITH_CUDA  // DeviceBuffer exists only in the CUDA build
@@ -66,7 +83,8 @@ StepProfile profile_step_memory(const DeepseekModel& model, int max_num_batched_
     model.forward(batch, cache, logits, o);
   }
   StepProfile p;
-  p.tokens = chunk;
+  p.tokens = total;
+  p.sequences = n_seqs;
   p.context = max_model_len;
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return p;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
 
 namespace osprey::ops::cuda {
 
@@ -21,6 +22,8 @@ Timing time_events(const std::function<void()>& fn, int warmup, int iters, size_
 double copy_bandwidth_gbs(size_t bytes);
 // Free and total device memory in bytes.
 void memory_info(size_t* free_bytes, size_t* total_bytes);
+// The current device's name as CUDA reports it ("NVIDIA H200", "NVIDIA H100 80GB HBM3").
+std::string device_name();
 // BF16 matrix rate in TFLOP/s: n×n×n GEMM through cuBLASLt on random data; median of 20.
 double bf16_gemm_tflops(int n);
 // FP8 (e4m3) matrix rate in TFLOP/s: n×n×n through cuBLASLt, BF16 out; median of 20.

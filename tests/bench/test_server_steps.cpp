@@ -149,6 +149,51 @@ TEST(ServerSteps, RooflineOfTheMeanStep) {
   EXPECT_NE(table.find("4.32x"), std::string::npos) << table;  // 25 ms / 5.793 ms (BF16 router)
 }
 
+// The mean step keeps its fractional counts: the 5000/500/64 wave's mixed steps hold 32.1 decodes
+// and 1.40 chunks of 1440 tokens on average, whose roofline counts 1.4 chunks' FLOPs (rounding
+// to one chunk, as the roofline once did, left 29% of the prompt tokens out).
+TEST(ServerSteps, RooflineOfTheMeanStepKeepsFractionalChunks) {
+  ModelConfig c = preset_config("dsv32");
+  c.quant.fp8 = true;
+  const StepCostOptions co = roofline_cost_options(c, RooflineOptions{});
+  StepKindStats x;
+  x.kind = "mixed";
+  x.steps = 156;
+  x.mean_ms = 39;
+  x.decodes = 32;
+  x.decode_context = 5053;
+  x.chunk_tokens = 1440;
+  x.chunk_start = 1894;
+  auto with_chunks = [&](double n) {
+    StepKindStats y = x;
+    y.chunks = n;
+    std::vector<StepKindStats> k = {y};
+    add_roofline(k, c, RooflineOptions{});
+    return *k[0].roofline_ms;
+  };
+  const double r1 = with_chunks(1.0), r14 = with_chunks(1.4), r2 = with_chunks(2.0);
+  EXPECT_GT(r14, r1 * 1.3);  // FLOP-bound: ~1.4 chunks' worth of prompt work
+  EXPECT_LT(r14, r1 * 1.45);
+  EXPECT_NEAR(r14, r1 + 0.4 * (r2 - r1), 1e-9 * r2);  // linear between the integral counts
+  // Integral counts: the shape itself.
+  StepKindStats y = x;
+  y.chunks = 2;
+  const StepCost whole = step_cost(c, mean_step_shape(y), co);
+  const StepCost mean = mean_step_cost(c, y, co);
+  EXPECT_DOUBLE_EQ(mean.gemm_flops, whole.gemm_flops);
+  EXPECT_DOUBLE_EQ(mean.attn_flops, whole.attn_flops);
+  EXPECT_DOUBLE_EQ(mean.bytes(), whole.bytes());
+  // Fractional decodes: 32.5 decodes cost halfway between 32 and 33 (attention and cache bytes).
+  y.decodes = 32.5;
+  StepKindStats y32 = y, y33 = y;
+  y32.decodes = 32;
+  y33.decodes = 33;
+  EXPECT_NEAR(mean_step_cost(c, y, co).attn_flops,
+              0.5 * (mean_step_cost(c, y32, co).attn_flops + mean_step_cost(c, y33, co).attn_flops),
+              1e-9 * whole.attn_flops);
+  EXPECT_GT(mean_step_cost(c, y, co).cache_bytes, mean_step_cost(c, y32, co).cache_bytes);
+}
+
 TEST(ServerSteps, FullModelEstimateScalingAddsUp) {
   ModelConfig c = preset_config("dsv32");  // 3 dense + 2 MoE
   c.quant.fp8 = true;

@@ -79,6 +79,19 @@ void expect_matches_alone(const EngineConfig& cfg, const DeepseekModel& m = mode
 
 }  // namespace
 
+// The server's default token budget is vLLM's: 8192 on a GPU of 70 GiB or more other than an
+// A100, 2048 on smaller GPUs, on A100s of any size and on the CPU.
+TEST(Engine, ServerDefaultTokenBudgetIsVllms) {
+  const size_t GiB = size_t(1) << 30;
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 141 * GiB, "NVIDIA H200"), 8192);
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 79 * GiB, "NVIDIA H100 80GB HBM3"), 8192);
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 70 * GiB, "NVIDIA H100"), 8192);
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 70 * GiB - 1, "NVIDIA H100"), 2048);
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 80 * GiB, "NVIDIA A100-SXM4-80GB"), 2048);
+  EXPECT_EQ(server_default_max_num_batched_tokens(true, 24 * GiB, "NVIDIA L4"), 2048);
+  EXPECT_EQ(server_default_max_num_batched_tokens(false, 0, ""), 2048);
+}
+
 TEST(Engine, MixedBatchMatchesEachPromptAlone) {
   EngineConfig cfg;
   cfg.num_blocks = 64;

@@ -17,10 +17,21 @@ TEST(MemoryProfile, LargestStepRunsAndLeavesTheModelAsItWas) {
   const StepProfile p = profile_step_memory(*m, /*max_num_batched_tokens=*/300,
                                             /*max_model_len=*/500, /*max_num_seqs=*/4);
   EXPECT_EQ(p.tokens, 300);
+  EXPECT_EQ(p.sequences, 1);
   EXPECT_EQ(p.context, 500);
   EXPECT_GT(p.seconds, 0.0);
-  // A budget above the model length: one chunk of max_model_len tokens.
-  EXPECT_EQ(profile_step_memory(*m, 4096, 200, 64).tokens, 200);
+  // A budget above the model length is spent on several prompts' chunks at once: the profiled
+  // step holds the whole budget over sequences of max_model_len (the last one shorter), capped
+  // by max_num_seqs sequences.
+  const StepProfile wide = profile_step_memory(*m, 1000, 200, 64);
+  EXPECT_EQ(wide.tokens, 1000);
+  EXPECT_EQ(wide.sequences, 5);
+  const StepProfile ragged = profile_step_memory(*m, 450, 200, 64);
+  EXPECT_EQ(ragged.tokens, 450);
+  EXPECT_EQ(ragged.sequences, 3);
+  const StepProfile capped = profile_step_memory(*m, 4096, 200, 3);
+  EXPECT_EQ(capped.tokens, 600);
+  EXPECT_EQ(capped.sequences, 3);
   EXPECT_EQ(greedy_generate(*m, prompt, g), before);
   EXPECT_THROW(profile_step_memory(*m, 0, 200, 4), Error);
 }

@@ -80,6 +80,14 @@ void memory_info(size_t* free_bytes, size_t* total_bytes) {
   OSPREY_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
+std::string device_name() {
+  int dev = 0;
+  OSPREY_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp p{};
+  OSPREY_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  return p.name;
+}
+
 double bf16_gemm_tflops(int n) {
   const int64_t nn = int64_t(n) * n;
   bf16 *a = nullptr, *b = nullptr, *d = nullptr;
