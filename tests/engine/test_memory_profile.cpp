@@ -36,6 +36,28 @@ TEST(MemoryProfile, LargestStepRunsAndLeavesTheModelAsItWas) {
   EXPECT_THROW(profile_step_memory(*m, 0, 200, 4), Error);
 }
 
+// The profile leaves the workspace settled at its peak: steps no larger than the profiled one
+// allocate nothing (the arena is not replaced: its generation stays), so the memory measured
+// after the profile is what the steps hold.
+TEST(MemoryProfile, LeavesTheWorkspaceSettledAtItsPeak) {
+  auto m = load_model_cpu(std::string(OSPREY_TEST_DATA) + "/models/v32-tiny");
+  profile_step_memory(*m, 450, 200, 8);
+  const uint64_t gen = m->workspace_generation();
+  const std::vector<int32_t> prompt = {5, 17, 99, 250, 3, 8, 42, 42, 7};
+  GreedyOptions g;
+  g.max_new_tokens = 4;
+  g.stop_at_eos = false;
+  greedy_generate(*m, prompt, g);
+  EXPECT_EQ(m->workspace_generation(), gen);
+  // A step larger than the profiled one grows it (the check above can fail).
+  std::vector<int32_t> longer;
+  for (int i = 0; i < 600; ++i) longer.push_back(int32_t(3 + (i * 37) % 500));
+  g.max_new_tokens = 1;
+  greedy_generate(*m, longer, g);
+  m->settle_workspace();
+  EXPECT_GT(m->workspace_generation(), gen);
+}
+
 // Above the expanded-path bound, Auto prefills through the absorbed path: the same tokens.
 TEST(MemoryProfile, BoundedExpandedPathGivesTheSameTokens) {
   auto m = load_model_cpu(std::string(OSPREY_TEST_DATA) + "/models/v32-tiny");
