@@ -124,6 +124,13 @@ std::string format_report(const ServeMetrics& m, const ReportHeader& h) {
     out +=
         "(median and P99 from the server's histogram buckets, 10% apart; roofline of the mean "
         "step of the kind from the config: max(bytes / copy bandwidth, FLOPs / matrix rates))\n";
+    if (const std::optional<double> floor_s = steps_roofline_sum_s(m.step_kinds);
+        floor_s && *floor_s > 0) {
+      char b[160];
+      std::snprintf(b, sizeof b, "the run against its steps' rooflines: %.2f s / %.2f s = %.2fx\n",
+                    m.duration_s, *floor_s, m.duration_s / *floor_s);
+      out += b;
+    }
   }
   if (m.full_model) {
     title(out, "Full V3.2 Decode Step (estimate)", '-');

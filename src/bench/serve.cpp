@@ -143,6 +143,8 @@ json result_json(const ServeOptions& o, const ServeResult& r, size_t inexact_pro
       kinds.push_back(std::move(e));
     }
     j["server_steps"] = std::move(kinds);
+    if (const std::optional<double> floor_s = steps_roofline_sum_s(m.step_kinds))
+      j["steps_roofline_sum_s"] = *floor_s;
   }
   if (m.full_model) {
     const FullModelEstimate& e = *m.full_model;

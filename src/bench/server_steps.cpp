@@ -113,6 +113,16 @@ StepCost mean_step_cost(const ModelConfig& c, const StepKindStats& s, const Step
   return sum;
 }
 
+std::optional<double> steps_roofline_sum_s(const std::vector<StepKindStats>& kinds) {
+  if (kinds.empty()) return std::nullopt;
+  double sum = 0;
+  for (const StepKindStats& k : kinds) {
+    if (!k.roofline_ms) return std::nullopt;
+    sum += k.steps * *k.roofline_ms * 1e-3;
+  }
+  return sum;
+}
+
 void add_roofline(std::vector<StepKindStats>& kinds, const ModelConfig& c,
                   const RooflineOptions& o) {
   const StepCostOptions co = roofline_cost_options(c, o);

@@ -50,6 +50,9 @@ StepCostOptions roofline_cost_options(const ModelConfig& c, const RooflineOption
 // (mean_step_shape) counted the 5000/500/64 wave's mixed steps, 1.40 chunks of 1440, as one chunk:
 // 29% of their prompt tokens left out of the roofline.
 StepCost mean_step_cost(const ModelConfig& c, const StepKindStats& s, const StepCostOptions& co);
+// The run's floor: Σ over the kinds of steps × the roofline of the kind's mean step, in seconds
+// (issue 14 judges a run's duration against it); empty when a kind has no roofline.
+std::optional<double> steps_roofline_sum_s(const std::vector<StepKindStats>& kinds);
 // Fills roofline_ms of every kind: the roofline of mean_step_cost.
 void add_roofline(std::vector<StepKindStats>& kinds, const ModelConfig& c,
                   const RooflineOptions& o);

@@ -43,8 +43,7 @@ struct Args {
                      tool_call_parser = "auto", reasoning_parser = "auto", speculative_config,
                      token_budget_policy = "fixed";
   double target_step_ms = 0;
-  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 0,
-      io_threads = 2;
+  int port = 8000, max_model_len = 0, max_num_seqs = 64, max_num_batched_tokens = 0, io_threads = 2;
   int64_t num_blocks_override = 0;
   double kv_cache_memory_gb = 0.25, gpu_memory_utilization = 0.9;
   size_t max_request_bytes = size_t(16) << 20, max_queued = 4096;
@@ -289,8 +288,7 @@ void run(const Args& a, bool kv_given, bool util_given) {
     size_t free_b = 0, total_b = 0;
     ops::cuda::memory_info(&free_b, &total_b);
     const size_t free_weights = free_b;
-    const StepProfile prof =
-        profile_step_memory(*bundle.model, budget, model_len, a.max_num_seqs);
+    const StepProfile prof = profile_step_memory(*bundle.model, budget, model_len, a.max_num_seqs);
     ops::cuda::memory_info(&free_b, &total_b);
     ec.kv_cache_bytes = int64_t(a.gpu_memory_utilization * double(free_b));
     std::fprintf(stderr,

@@ -36,8 +36,9 @@ bool use_cuda_graph(const CudaGraphFlags& flags, Device model_device, bool paral
   if (flags.cuda_graph) return true;  // the graph runner fails with the reason if it cannot
   const bool on = model_device == Device::CUDA && !parallel_model;
   if (!on && !flags.sizes.empty())
-    fail("--cuda-graph-sizes needs CUDA graphs, which run for a model on one GPU only (this one is ",
-         model_device == Device::CUDA ? "split over ranks" : "on the CPU", ")");
+    fail(
+        "--cuda-graph-sizes needs CUDA graphs, which run for a model on one GPU only (this one is ",
+        model_device == Device::CUDA ? "split over ranks" : "on the CPU", ")");
   return on;
 }
 

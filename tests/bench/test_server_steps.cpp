@@ -194,6 +194,34 @@ TEST(ServerSteps, RooflineOfTheMeanStepKeepsFractionalChunks) {
   EXPECT_GT(mean_step_cost(c, y, co).cache_bytes, mean_step_cost(c, y32, co).cache_bytes);
 }
 
+// The report sets the run's duration against the sum of its steps' rooflines (steps × the
+// roofline of their kind's mean step), in the text and the JSON's steps_roofline_sum_s.
+TEST(ServerSteps, RunAgainstTheSumOfItsStepRooflines) {
+  StepKindStats d, x;
+  d.kind = "decode";
+  d.steps = 500;
+  d.mean_ms = 7;
+  d.roofline_ms = 5.5;
+  x.kind = "mixed";
+  x.steps = 100;
+  x.mean_ms = 30;
+  x.roofline_ms = 17.5;
+  ServeMetrics m;
+  m.duration_s = 9.0;
+  m.step_kinds = {d, x};
+  const std::optional<double> sum = steps_roofline_sum_s(m.step_kinds);
+  ASSERT_TRUE(sum.has_value());
+  EXPECT_NEAR(*sum, 500 * 5.5e-3 + 100 * 17.5e-3, 1e-12);  // 4.50 s
+  const std::string report = format_report(m, {64, INFINITY});
+  EXPECT_NE(report.find("the run against its steps' rooflines: 9.00 s / 4.50 s = 2.00x"),
+            std::string::npos)
+      << report;
+  // A kind without a roofline (no --model-dir): no sum, no line.
+  m.step_kinds[1].roofline_ms.reset();
+  EXPECT_FALSE(steps_roofline_sum_s(m.step_kinds).has_value());
+  EXPECT_EQ(format_report(m, {64, INFINITY}).find("steps' rooflines"), std::string::npos);
+}
+
 TEST(ServerSteps, FullModelEstimateScalingAddsUp) {
   ModelConfig c = preset_config("dsv32");  // 3 dense + 2 MoE
   c.quant.fp8 = true;

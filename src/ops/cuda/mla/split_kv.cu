@@ -250,8 +250,8 @@ int64_t g_plan_builds = 0;
 bool g_combine_few_splits = [] {
   const char* e = std::getenv("OSPREY_MLA_COMBINE");
   if (!e || !*e || std::strcmp(e, "one-round") == 0) return true;
-  OSPREY_CHECK(std::strcmp(e, "rounds") == 0, "OSPREY_MLA_COMBINE must be one-round or rounds, not '",
-               e, "'");
+  OSPREY_CHECK(std::strcmp(e, "rounds") == 0,
+               "OSPREY_MLA_COMBINE must be one-round or rounds, not '", e, "'");
   return false;
 }();
 }  // namespace
@@ -334,7 +334,7 @@ void mla_combine_splits(void* out, bool out_bf16, float* lse, const float* part_
   const dim3 grid(unsigned(split_tokens), unsigned((H + heads - 1) / heads));
   const unsigned threads = unsigned(heads * kCombineThreadsPerHead);
   const bool few_splits = heads == kCombineMaxHeads && g_combine_few_splits;
-#define OSPREY_COMBINE(To, U)                                                               \
+#define OSPREY_COMBINE(To, U)                                                                 \
   launch_pdl(mla_combine_kernel<To, U>, grid, threads, 0, static_cast<To*>(out), lse, part_o, \
              part_lse, plan.n_splits, plan.split_base, plan.split_list, H, kv_lora)
   if (out_bf16) {
