@@ -117,14 +117,23 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// One head's merge, 4 latent columns a thread (kv_lora = 4 · kCombineThreadsPerHead): o points at
-// the thread's 4 output columns, po at its 4 columns of split 0's partial.
+// One head's merge, 4 latent columns a thread (kv_lora = 4 · kCombineThreadsPerHead).
+// acc += w · v, column by column.
+__device__ __forceinline__ void axpy4(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x;
+  acc.y += w * v.y;
+  acc.z += w * v.z;
+  acc.w += w * v.w;
+}
+// The thread's 4 output columns at o, and the head's lse (base e) from its first thread.
 template <typename To>
-__device__ __forceinline__ void store4(To* o, float4 a) {
+__device__ __forceinline__ void write_merged(To* o, float4 a, float* lse, int64_t lse_at,
+                                             bool first, float lse_e) {
   o[0] = from_f32<To>(a.x);
   o[1] = from_f32<To>(a.y);
   o[2] = from_f32<To>(a.z);
   o[3] = from_f32<To>(a.w);
+  if (lse && first) lse[lse_at] = lse_e;
 }
 
 template <typename To, int kUnroll>
@@ -149,6 +158,8 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
   const int64_t o_stride = int64_t(H) * kv_lora;  // floats between one split's partial and the next
   const float* po = part_o + (int64_t(slot0) * H + h) * kv_lora + ht * 4;
   To* o = out + (int64_t(t) * H + h) * kv_lora + ht * 4;
+  const int64_t lse_at = int64_t(t) * H + h;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   if (ns <= kUnroll) {
     // Every split's partial and lse loaded in one round (a decode batch of many sequences: 2–3
     // splits a token), M and the sum over them in split order in each thread.
@@ -157,16 +168,14 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const bool ok = u < ns;
-      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(u) * o_stride))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(u) * o_stride)) : zero;
       w[u] = ok ? lse_s[int64_t(u) * H] : -INFINITY;
     }
     float M = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) M = fmaxf(M, w[u]);
     if (M == -INFINITY) {  // nothing attended in any split
-      store4(o, make_float4(0.f, 0.f, 0.f, 0.f));
-      if (lse && ht == 0) lse[int64_t(t) * H + h] = -INFINITY;
+      write_merged(o, zero, lse, lse_at, ht == 0, -INFINITY);
       return;
     }
     float sum = 0.0f;
@@ -176,17 +185,10 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
       sum += w[u];
     }
     const float inv = 1.0f / sum;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 acc = zero;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float wu = w[u] * inv;
-      acc.x += wu * v[u].x;
-      acc.y += wu * v[u].y;
-      acc.z += wu * v[u].z;
-      acc.w += wu * v[u].w;
-    }
-    store4(o, acc);
-    if (lse && ht == 0) lse[int64_t(t) * H + h] = (M + log2f(sum)) * kLn2;
+    for (int u = 0; u < kUnroll; ++u) axpy4(acc, w[u] * inv, v[u]);
+    write_merged(o, acc, lse, lse_at, ht == 0, (M + log2f(sum)) * kLn2);
     return;
   }
   // More splits than one round holds (B = 1: up to n_parts): M and Σ 2^(lse_s − M), each warp on
@@ -195,8 +197,7 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
   for (int s = lane; s < ns; s += 32) M = fmaxf(M, lse_s[int64_t(s) * H]);
   M = warp_max(M);
   if (M == -INFINITY) {
-    store4(o, make_float4(0.f, 0.f, 0.f, 0.f));
-    if (lse && ht == 0) lse[int64_t(t) * H + h] = -INFINITY;
+    write_merged(o, zero, lse, lse_at, ht == 0, -INFINITY);
     return;
   }
   float part = 0.0f;
@@ -207,7 +208,7 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
   // Loads in flight a round: kUnroll, or 2 in the few-splits variant (whose register bound
   // leaves no room for 4 more float4s here: 92 bytes spilled).
   constexpr int kRound = kUnroll <= kCombineFewSplits ? 2 : kUnroll;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc = zero;
 #pragma unroll 1
   for (int s = 0; s < ns; s += kRound) {
     float4 v[kRound];
@@ -215,22 +216,16 @@ __global__ void __launch_bounds__(kCombineMaxHeads* kCombineThreadsPerHead,
 #pragma unroll
     for (int u = 0; u < kRound; ++u) {
       const bool ok = s + u < ns;
-      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s + u) * o_stride))
-                : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u] = ok ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s + u) * o_stride)) : zero;
       w[u] = ok ? lse_s[int64_t(s + u) * H] : -INFINITY;
     }
 #pragma unroll
     for (int u = 0; u < kRound; ++u) {
       if (s + u >= ns) break;
-      const float wu = exp2f(w[u] - M) * inv;
-      acc.x += wu * v[u].x;
-      acc.y += wu * v[u].y;
-      acc.z += wu * v[u].z;
-      acc.w += wu * v[u].w;
+      axpy4(acc, exp2f(w[u] - M) * inv, v[u]);
     }
   }
-  store4(o, acc);
-  if (lse && ht == 0) lse[int64_t(t) * H + h] = (M + log2f(wsum)) * kLn2;
+  write_merged(o, acc, lse, lse_at, ht == 0, (M + log2f(wsum)) * kLn2);
 }
 
 // The cached plan: one grow-only device allocation and the key it was built for.
