@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -112,11 +113,12 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       o.iters, o.warmup);
 }
 
-// The FP8 linears of one input at decode (ops::linears: one swap-AB launch for all), on both
-// grids: the persistent one (OSPREY_FP8_DENSE_GRID=persistent, a variant) and one block an item
-// (the default); a launch each (OSPREY_FP8_DENSE_GROUP=0); one block an item and a launch each
-// (the dense path before 2026-12-06). V3.2's groups,
-// and its single decode linears (o_proj, the dense and shared down: the grid variants only).
+// The FP8 linears of one input at decode (ops::linears: one swap-AB launch for all): the mainline
+// (whatever path the call takes: cuBLASLt past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS), and the grouped
+// swap-AB launch at every M up to 64 with its variants: weight tiles by TMA
+// (OSPREY_FP8_DENSE_TMA), 4 k-blocks a stage (OSPREY_FP8_DENSE_KGROUPS; 16-token tiles), both,
+// the persistent grid, and a launch each. V3.2's groups, and its single decode linears (o_proj,
+// the dense and shared down).
 void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
   struct Group {
     const char* what;
@@ -134,10 +136,11 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
   if (!o.ms.empty()) {
     ms.clear();
     for (int64_t m : o.ms)
-      if (m <= ops::cuda::kSwapAbMaxTokens) ms.push_back(m);
+      if (m <= 64) ms.push_back(m);
   }
-  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %10s %s\n", "linears of one x", "M", "K",
-              "time_us", "GB/s", "%copy", "waves_us", "each_us", "old_us", "rel_diff", "path");
+  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %9s %9s %9s %10s %s\n", "linears of one x",
+              "M", "K", "main_us", "GB/s", "%copy", "sab_us", "tma_us", "g4_us", "g4tma_us",
+              "pers_us", "each_us", "rel_diff", "main path");
   uint64_t seed = o.seed * 3000;
   for (const Group& g : groups) {
     std::vector<DevFp8> ws;
@@ -147,80 +150,117 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
     for (int64_t m : ms) {
       DeviceBuffer x(DType::BF16, {m, g.in});
       ops::cuda::fill_uniform(x, seed + 5, -2.0f, 2.0f);
-      std::vector<DeviceBuffer> ys, ys_old;
-      std::vector<LinearOut> outs, outs_old;
+      std::vector<DeviceBuffer> ys;
+      std::vector<LinearOut> outs;
       double bytes = 0;
       for (size_t i = 0; i < ws.size(); ++i) {
         ys.emplace_back(DType::F32, Shape{m, g.outs[i]});
-        ys_old.emplace_back(DType::F32, Shape{m, g.outs[i]});
         bytes += double(g.outs[i]) * double(g.in) +
                  double((g.outs[i] + 127) / 128 * (g.in / 128)) * 4 + double(m) * g.outs[i] * 4;
       }
       bytes += double(m) * double(g.in) * 2;
-      for (size_t i = 0; i < ws.size(); ++i) {
-        outs.push_back({ys[i], &lw[i]});
-        outs_old.push_back({ys_old[i], &lw[i]});
-      }
+      for (size_t i = 0; i < ws.size(); ++i) outs.push_back({ys[i], &lw[i]});
       auto run = [&] { ops::cuda::linears(x, std::span<const LinearOut>(outs)); };
-      auto time_us = [&](ops::cuda::DenseGrid grid, bool group) {
-        const ops::cuda::DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(grid);
-        const bool was_group = ops::cuda::set_fp8_swapab_dense_group(group);
+      auto outputs = [&] {
         run();
+        cuda::synchronize();
+        std::vector<Buffer> got;
+        for (const DeviceBuffer& y : ys) got.push_back(cuda::to_host(y));
+        return got;
+      };
+      using ops::cuda::DenseGrid;
+      // One variant: the settings applied, the call timed (and its outputs read), then restored.
+      struct Variant {
+        bool swapab_forced;  // the grouped limit raised to 64 (the swap-AB launch at every M)
+        bool tma;
+        int kgroups;
+        DenseGrid grid;
+        bool group;
+      };
+      auto with = [&](const Variant& v, std::vector<Buffer>* got, std::string* path) {
+        const int64_t was_max = ops::cuda::fp8_swapab_group_max_tokens();
+        const int64_t was_single = ops::cuda::fp8_swapab_max_tokens();
+        if (v.swapab_forced) {  // (a single linear takes the single limit)
+          ops::cuda::set_fp8_swapab_group_max_tokens(64);
+          ops::cuda::set_fp8_swapab_max_tokens(std::max<int64_t>(was_single, m));
+        }
+        const bool was_tma = ops::cuda::set_fp8_swapab_dense_tma(v.tma);
+        const int was_kg = ops::cuda::set_fp8_swapab_dense_groups(v.kgroups);
+        const DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(v.grid);
+        const bool was_group = ops::cuda::set_fp8_swapab_dense_group(v.group);
+        run();
+        if (path) *path = ops::cuda::last_fp8_gemm_path();
         const double us =
             ops::cuda::time_events(run, o.warmup, o.iters, kKernelFlushBytes).median_ms * 1e3;
+        if (got) *got = outputs();
+        ops::cuda::set_fp8_swapab_max_tokens(was_single);
+        ops::cuda::set_fp8_swapab_group_max_tokens(was_max);
+        ops::cuda::set_fp8_swapab_dense_tma(was_tma);
+        ops::cuda::set_fp8_swapab_dense_groups(was_kg);
         ops::cuda::set_fp8_swapab_dense_grid(was_grid);
         ops::cuda::set_fp8_swapab_dense_group(was_group);
         return us;
       };
-      using ops::cuda::DenseGrid;
-      run();
-      const std::string path = ops::cuda::last_fp8_gemm_path();
-      const double t = time_us(DenseGrid::kPersistent, true);
-      const double t_waves = time_us(DenseGrid::kWaves, true);
-      const double t_each = time_us(DenseGrid::kPersistent, false);
-      const double t_old = time_us(DenseGrid::kWaves, false);
-      // The outputs of the mainline and of the old path: the same arithmetic, the split-K sums
-      // ordered differently.
-      ops::cuda::linears(x, std::span<const LinearOut>(outs));
-      const DenseGrid was_grid = ops::cuda::set_fp8_swapab_dense_grid(DenseGrid::kWaves);
-      const bool was_group = ops::cuda::set_fp8_swapab_dense_group(false);
-      ops::cuda::linears(x, std::span<const LinearOut>(outs_old));
-      const std::string old_path = ops::cuda::last_fp8_gemm_path();
-      ops::cuda::set_fp8_swapab_dense_grid(was_grid);
-      ops::cuda::set_fp8_swapab_dense_group(was_group);
-      cuda::synchronize();
+      std::vector<Buffer> main_y, sab_y, tma_y, g4_y, g4tma_y;
+      std::string path, sab_path;
+      const double t = with({false, false, 2, DenseGrid::kWaves, true}, &main_y, &path);
+      const double t_sab = with({true, false, 2, DenseGrid::kWaves, true}, &sab_y, &sab_path);
+      const double t_tma = with({true, true, 2, DenseGrid::kWaves, true}, &tma_y, nullptr);
+      double t_g4 = 0, t_g4tma = 0;
+      if (m <= 16) {
+        t_g4 = with({true, false, 4, DenseGrid::kWaves, true}, &g4_y, nullptr);
+        t_g4tma = with({true, true, 4, DenseGrid::kWaves, true}, &g4tma_y, nullptr);
+      }
+      const double t_pers = with({true, false, 2, DenseGrid::kPersistent, true}, nullptr, nullptr);
+      const double t_each = with({false, false, 2, DenseGrid::kWaves, false}, nullptr, nullptr);
+      OSPREY_CHECK(sab_path == "swapab-fp8", g.what, " M ", m, ": the forced swap-AB launch ran ",
+                   sab_path);
+      // TMA moves the same bytes: the same results, bit for bit. Other variants: the split-K sums
+      // in another order (1e-5), or cuBLASLt against swap-AB (both W8A8: 2e-2, as run_gemm's rows).
       double diff = 0;
       for (size_t i = 0; i < ws.size(); ++i) {
-        const Buffer a = cuda::to_host(ys[i]), b = cuda::to_host(ys_old[i]);
-        double num = 0, den = 0;
-        for (int64_t k = 0; k < a.numel(); ++k) {
-          const double d = double(a.f32()[k]) - double(b.f32()[k]);
-          num += d * d;
-          den += double(b.f32()[k]) * double(b.f32()[k]);
+        const size_t bytes_y = size_t(sab_y[i].numel()) * 4;
+        OSPREY_CHECK(std::memcmp(sab_y[i].f32(), tma_y[i].f32(), bytes_y) == 0, g.what, " M ", m,
+                     ": the TMA weight tiles changed the output");
+        if (m <= 16)
+          OSPREY_CHECK(std::memcmp(g4_y[i].f32(), g4tma_y[i].f32(), bytes_y) == 0, g.what, " M ", m,
+                       ": the TMA weight tiles changed the 4-group output");
+        auto rel = [&](const Buffer& a, const Buffer& b) {
+          double num = 0, den = 0;
+          for (int64_t k = 0; k < a.numel(); ++k) {
+            const double d = double(a.f32()[k]) - double(b.f32()[k]);
+            num += d * d;
+            den += double(b.f32()[k]) * double(b.f32()[k]);
+          }
+          return std::sqrt(num / std::max(den, 1e-30));
+        };
+        const double dm = rel(main_y[i], sab_y[i]);
+        OSPREY_CHECK(dm <= (path == sab_path ? 1e-5 : 2e-2), g.what, " M ", m,
+                     ": the mainline differs from the grouped swap-AB launch (", dm, ")");
+        diff = std::max(diff, dm);
+        if (m <= 16) {
+          const double d4 = rel(g4_y[i], sab_y[i]);
+          OSPREY_CHECK(d4 <= 1e-5, g.what, " M ", m, ": 4 k-blocks a stage differ (", d4, ")");
+          diff = std::max(diff, d4);
         }
-        diff = std::max(diff, std::sqrt(num / std::max(den, 1e-30)));
       }
-      // The same kernel: the split-K order only; swap-AB against cuBLASLt (past the single limit,
-      // with the grouped one raised): both W8A8, as run_gemm's rows.
-      const double max_diff = old_path == path ? 1e-5 : 2e-2;
       const double gbs = bytes / (t * 1e-6) / 1e9;
-      std::printf("%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %10.2e %s%s\n", g.what,
-                  static_cast<long long>(m), static_cast<long long>(g.in), t, gbs,
-                  100 * gbs / copy_gbs, t_waves, t_each, t_old, diff, path.c_str(),
-                  diff <= max_diff ? "" : "  CHECK FAILED");
-      OSPREY_CHECK(diff <= max_diff, g.what, " M ", m,
-                   ": the grouped launch differs from a launch each (", diff, ")");
+      std::printf(
+          "%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10.2e %s\n",
+          g.what, static_cast<long long>(m), static_cast<long long>(g.in), t, gbs,
+          100 * gbs / copy_gbs, t_sab, t_tma, t_g4, t_g4tma, t_pers, t_each, diff, path.c_str());
       std::fflush(stdout);
     }
   }
   std::printf(
       "(median of %d after %d warm-up, L2 flushed before each; x BF16 quantised once (included), y "
-      "F32; bytes = the weights (e4m3) + scales + x + y; time_us = one launch on the persistent "
-      "grid (a variant), waves_us = one launch, one block an item (the mainline), each_us = a "
-      "launch each on the persistent grid, old_us = a launch each, one block an item; rel_diff = "
-      "the persistent grouped launch vs old, F32 sums in another order; path = what the grouped "
-      "call ran: past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS (default 32) a cuBLASLt GEMM each, "
-      "every column the same)\n",
+      "F32; bytes = the weights (e4m3) + scales + x + y; main_us = the mainline call (GB/s and "
+      "%%copy are its), whose path is the last column (past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
+      "default 32, a cuBLASLt GEMM each); the grouped swap-AB launch at every M: sab_us (cp.async "
+      "weight tiles, 2 k-blocks a stage, one block an item), tma_us (weight tiles by TMA), g4_us / "
+      "g4tma_us (4 k-blocks a stage, M <= 16; 0 elsewhere), pers_us (the persistent grid); each_us "
+      "= the mainline with a launch a linear; rel_diff = the largest of mainline vs sab and g4 vs "
+      "sab (TMA checked equal bit for bit))\n",
       o.iters, o.warmup);
 }
 

@@ -17,8 +17,10 @@
 #include "core/device_buffer.h"
 #include "engine/cuda_graph_runner.h"
 #include "ops/ceilings.h"
+#include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/cuda/graph_hooks.h"
 #include "ops/pdl.h"
+#include "ops/stream_fork.h"
 #include "ops/tensor_ops.h"
 #endif
 
@@ -90,6 +92,17 @@ void run_step_benchmark(const StepOptions& o) {
       copy_gbs, bf16_tflops);
   std::printf("programmatic dependent launch (PDL): %s (OSPREY_PDL=0 turns it off)\n",
               ops::cuda::pdl_enabled() ? "on" : "off");
+  {  // (the setters return the setting, restored at once)
+    const bool tma = ops::cuda::set_fp8_swapab_dense_tma(false);
+    ops::cuda::set_fp8_swapab_dense_tma(tma);
+    const int kg = ops::cuda::set_fp8_swapab_dense_groups(2);
+    ops::cuda::set_fp8_swapab_dense_groups(kg);
+    std::printf(
+        "attention's stream forks: %s (OSPREY_STREAM_FORK=1|0); dense FP8 weight "
+        "tiles by %s, %d k-blocks a stage at <= 16 tokens (OSPREY_FP8_DENSE_TMA, "
+        "OSPREY_FP8_DENSE_KGROUPS)\n",
+        ops::stream_fork_enabled() ? "on" : "off", tma ? "TMA" : "cp.async", kg);
+  }
 
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
@@ -147,9 +160,9 @@ void run_step_benchmark(const StepOptions& o) {
                  " did not run as a CUDA graph");
     const cuda::GraphNodeCounts n = graphs.graph(B)->nodes();
     std::printf(
-        "graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other (%lld "
+        "graph B=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d other, %d joins (%lld "
         "captures)\n",
-        B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others,
+        B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others, n.joins,
         static_cast<long long>(graphs.captures()));
     for (size_t i = 0; i < n.memset_bytes.size(); ++i)
       std::printf("  memset node of %lld bytes (a step should hold none), %s\n",

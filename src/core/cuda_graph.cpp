@@ -160,6 +160,9 @@ GraphNodeCounts graph_node_counts(void* graph, bool names) {
   std::vector<cudaGraphNode_t> nodes(n);
   if (cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return c;
   for (cudaGraphNode_t node : nodes) {
+    size_t deps = 0;
+    if (cudaGraphNodeGetDependencies(node, nullptr, nullptr, &deps) == cudaSuccess && deps > 1)
+      ++c.joins;
     cudaGraphNodeType t{};
     cudaGraphNodeGetType(node, &t);
     switch (t) {

@@ -18,6 +18,8 @@ namespace osprey::cuda {
 
 struct GraphNodeCounts {
   int kernels = 0, memsets = 0, memcpys = 0, hosts = 0, others = 0;
+  // Nodes with more than one dependency: where branches of the graph meet (ops::Fork's joins).
+  int joins = 0;
   // Bytes each memset node fills, in node order (which buffer a stray memset clears: a GEMM's
   // output is rows × columns × dtype, a split-K counter array a few KB).
   std::vector<int64_t> memset_bytes;

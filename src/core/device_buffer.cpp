@@ -50,6 +50,9 @@ thread_local void* t_stream = nullptr;  // cudaStream_t of this thread's ops; nu
 void* current_stream() {
   return t_stream;
 }
+void* exchange_current_stream(void* stream) {
+  return std::exchange(t_stream, stream);
+}
 StreamScope::StreamScope(void* stream) : previous_(std::exchange(t_stream, stream)) {}
 StreamScope::~StreamScope() {
   t_stream = previous_;

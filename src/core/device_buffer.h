@@ -52,6 +52,9 @@ Buffer to_host(Tensor dev);
 // (tests/ops/cuda_graph_util.h, later the decode-step graph runner) runs the ops on its own
 // stream through a StreamScope. A cudaStream_t, kept opaque so that this header needs no CUDA.
 void* current_stream();
+// Sets this thread's stream, returning the previous one (StreamScope's work, for holders that
+// cannot keep a scope object: ops::Fork::Side).
+void* exchange_current_stream(void* stream);
 class StreamScope {
  public:
   explicit StreamScope(void* stream);  // this thread's ops launch on `stream` until destroyed

@@ -18,6 +18,7 @@
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/stream_fork.h"
 #include "ops/tensor_ops.h"
 
 namespace osprey {
@@ -365,25 +366,51 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
   const bool has_indexer = c.has_indexer;
   const IndexerWeights& iw = w.indexer;
   const int64_t IH = c.index_n_heads, ID = c.index_head_dim;
-  Tensor iq;      // [n_tokens, IH, ID] the indexer's queries (before rope)
-  Tensor ik_raw;  // [n_tokens, ID] the indexer's keys (before norm and rope)
+  // Fused unless a dump wants the stages apart or OSPREY_ROPE_FUSION=0 (issue 13): the indexer
+  // key's norm, rope and cache write in one op; with the FP8 key cache, q's rope, the weights'
+  // scale and q's quantisation in one.
+  const bool index_fused = !o.dump && rope_fusion_enabled();
+  Tensor iq;        // [n_tokens, IH, ID] the indexer's queries (before rope)
+  Tensor ik_raw;    // [n_tokens, ID] the indexer's keys (before norm and rope)
+  Tensor iweights;  // [n_tokens, IH] F32 the indexer's per-head weights
+  Tensor ik;        // [n_tokens, 1, ID] the roped key (the unfused path's; a dump's stage)
+  Tensor topk;      // [n_tokens, index_topk] I32 (V3.2)
   if (has_indexer) {
     OSPREY_CHECK(c.q_lora_rank > 0, "the indexer reads the q latent: q_lora_rank must be > 0");
     iq = alloc(f32, {T, IH, ID});
     ik_raw = alloc(f32, {T, ID});
+    iweights = alloc(f32, {T, IH});
+    if (!index_fused) ik = alloc(f32, {T, 1, ID});
+    topk = alloc(DType::I32, {T, c.index_topk});
   }
+  // Two branches where they do not read each other's outputs (ops/stream_fork.h; CUDA): the
+  // latent's cache write and the indexer's keys and weights beside q's chain (q_a_norm, q_b), then
+  // q's absorption beside the indexer's scoring. Not with a dump or the eval controls, which read
+  // tensors back to the host between ops.
+  const bool fork_ok = !o.dump && !o.forced_topk && !ablation_.indexer_recent;
+  const Tensor x_for_indexer = in.bf16.data ? in.bf16 : x;
   Tensor q_lat;  // [n_tokens, q_lora] normalised q latent (q LoRA models)
   if (c.q_lora_rank) {
     Tensor qa = alloc(f32, {T, c.q_lora_rank});
     q_lat = alloc(f32, {T, c.q_lora_rank});
+    // q_lat quantised by its norm for q_b_proj (and wq_b) when FP8 (CUDA; the CPU: none).
+    const ops::Fp8Act q8 =
+        w.q_b_proj.weight.dtype == DType::F8_E4M3 ? alloc_fp8_act(T, c.q_lora_rank) : ops::Fp8Act{};
     if (has_indexer)
       ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}, {ik_raw, &iw.wk}},
                    in.bf16);  // (wk past 32 tokens: the dequantize fallback, on x's BF16 copy)
     else
       ops::linears(x, in.fp8, {{qa, &w.q_a_proj}, {kv, &w.kv_a_proj}});
-    // q_lat quantised by its norm for q_b_proj (and wq_b) when FP8 (CUDA; the CPU: none).
-    const ops::Fp8Act q8 =
-        w.q_b_proj.weight.dtype == DType::F8_E4M3 ? alloc_fp8_act(T, c.q_lora_rank) : ops::Fp8Act{};
+    ops::Fork keys(device_, fork_ok);
+    {
+      const auto on = keys.side();
+      // kv_a's split, kv_a_norm, k_pe's rope and the cache write in one op (one kernel on CUDA);
+      // a dump writes the stages apart below.
+      if (!o.dump)
+        ops::mla_kv_write(cache.latent(l), kv, w.kv_a_norm, float(c.rms_norm_eps), inv_freq_,
+                          rope_attention_factor_, c.rope_interleave, b.attn);
+      if (has_indexer) indexer_keys(l, x_for_indexer, ik_raw, iweights, ik, index_fused, b, cache);
+    }
     ops::rms_norm_multi({q_lat, {}, q8}, qa, w.q_a_norm, float(c.rms_norm_eps));
     if (has_indexer)
       ops::linears(q_lat, q8,
@@ -393,6 +420,9 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     if (o.dump) o.dump->put(stage(l, "q_lat"), q_lat);
   } else {
     ops::linears(x, in.fp8, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});
+    if (!o.dump)
+      ops::mla_kv_write(cache.latent(l), kv, w.kv_a_norm, float(c.rms_norm_eps), inv_freq_,
+                        rope_attention_factor_, c.rope_interleave, b.attn);
   }
   const bool interleaved = c.rope_interleave;
   // q's rope goes into the absorption's kernel (ops::mla_absorb_q_rope) unless a dump wants the
@@ -412,16 +442,36 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     o.dump->put(stage(l, "latent"), latent_n);
     o.dump->put(stage(l, "k_pe"), k_pe);
     ops::mla_cache_write(cache.latent(l), latent_n, k_pe.reshape({T, rope}), b.attn);
-  } else {
-    // kv_a's split, kv_a_norm, k_pe's rope and the cache write in one op (one kernel on CUDA).
-    ops::mla_kv_write(cache.latent(l), kv, w.kv_a_norm, float(c.rms_norm_eps), inv_freq_,
-                      rope_attention_factor_, interleaved, b.attn);
   }
 
-  Tensor topk;  // [n_tokens, index_topk] I32 (V3.2)
-  if (c.has_indexer) {
-    topk = alloc(DType::I32, {T, c.index_topk});
-    indexer(l, in.bf16.data ? in.bf16 : x, iq, ik_raw, topk, b, cache, o);
+  // Sparse attention over the indexer's choice unless the dense control is on (topk empty then:
+  // every causal position).
+  const bool sparse = has_indexer && !ablation_.dense_attention;
+  Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
+  // Sparse prompt chunks go absorbed where the device's absorbed kernel is the fast one (sm90):
+  // the chosen top-k rows in latent space, no decompression of the context through kv_b.
+  const bool absorbed_prefill =
+      sparse && ops::mla_absorbed_prefill_preferred(device_, H, kv_lora, rope, true);
+  // Host branching on host values only (the path, max_query_len, kv_rows): fixed for a graph's
+  // bucket (a decode: absorbed).
+  const bool expanded =
+      o.path == AttentionPath::Expanded ||
+      (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
+       !b.spec_decode && (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
+  // The absorbed path's q: [n_tokens, H, kv_lora + rope], made beside the indexer's scoring.
+  Tensor q_abs;
+  ops::Fork absorb(device_, fork_ok && !expanded);
+  if (!expanded) {
+    q_abs = alloc(f32, {T, H, kv_lora + rope});
+    const auto on = absorb.side();
+    if (rope_in_absorb)
+      ops::mla_absorb_q_rope(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd, b.attn.positions,
+                             inv_freq_, rope_attention_factor_, interleaved);
+    else
+      ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
+  }
+  if (has_indexer) {
+    indexer_select(l, iq, iweights, ik, topk, index_fused, b, cache, o);
     if (o.forced_topk) {
       const Tensor& f = (*o.forced_topk)[size_t(l)];
       OSPREY_CHECK(f.shape == topk.shape, "forced topk of layer ", l, " has shape ",
@@ -430,20 +480,10 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     }
     // Both controls copy through the host (synchronous): eval diagnostics, never under a graph.
     if (ablation_.indexer_recent) recent_positions(topk, b.attn.positions);
-    if (ablation_.dense_attention) topk = Tensor{};  // empty: every causal position
+    if (!sparse) topk = Tensor{};  // the dense control: every causal position
   }
+  absorb.join();
 
-  Tensor attn = alloc(f32, {T, H, vd});  // [n_tokens, H, v]
-  // Sparse prompt chunks go absorbed where the device's absorbed kernel is the fast one (sm90):
-  // the chosen top-k rows in latent space, no decompression of the context through kv_b.
-  const bool absorbed_prefill =
-      topk.data != nullptr && ops::mla_absorbed_prefill_preferred(device_, H, kv_lora, rope, true);
-  // Host branching on host values only (the path, max_query_len, kv_rows): fixed for a graph's
-  // bucket (a decode: absorbed).
-  const bool expanded =
-      o.path == AttentionPath::Expanded ||
-      (o.path == AttentionPath::Auto && !absorbed_prefill && b.max_query_len > 1 &&
-       !b.spec_decode && (max_expanded_kv_rows_ <= 0 || kv_rows <= max_expanded_kv_rows_));
   if (expanded) {
     if (rope_in_absorb)
       ops::rope(q, nope, rope, b.attn.positions, inv_freq_, rope_attention_factor_, interleaved);
@@ -462,12 +502,6 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
     ops::copy_columns(v, 0, kvb, nope, vd);
     ops::mla_attention_expanded(attn, q, k, v, b.attn, topk, softmax_scale_);
   } else {
-    Tensor q_abs = alloc(f32, {T, H, kv_lora + rope});  // [n_tokens, H, kv_lora + rope]
-    if (rope_in_absorb)
-      ops::mla_absorb_q_rope(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd, b.attn.positions,
-                             inv_freq_, rope_attention_factor_, interleaved);
-    else
-      ops::mla_absorb_q(q_abs, q, kv_b_absorb_[size_t(l)], nope, vd);
     // [n_tokens, H, kv_lora]; CUDA: in the unabsorb GEMM's dtype (BF16 for a BF16 kv_b), written
     // so by the attention kernel (the rounding the GEMM's input conversion made, moved there).
     const DType o_lat_type =
@@ -482,34 +516,34 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
   if (l == ablation_.zero_attention_layer) ops::scale(out, 0.0f);  // negative control (eval)
 }
 
-void DeepseekModel::indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor topk,
-                            const ForwardBatch& b, PagedKVCache& cache,
-                            const ForwardOptions& o) const {
-  Workspace::Scope scope(ws_);
-  const ModelConfig& c = config_;
+void DeepseekModel::indexer_keys(int l, Tensor x, Tensor k_raw, Tensor weights, Tensor ik,
+                                 bool fused, const ForwardBatch& b, PagedKVCache& cache) const {
   const IndexerWeights& w = weights_.layers[size_t(l)].attn.indexer;
-  const int64_t T = b.attn.n_tokens, IH = c.index_n_heads, ID = c.index_head_dim;
-  const int rope = c.qk_rope_head_dim;
+  const int rope = config_.qk_rope_head_dim;
+  const int64_t T = b.attn.n_tokens, ID = config_.index_head_dim;
   Tensor index_keys = cache.index_keys(l);
-  const float w_scale = 1.0f / std::sqrt(float(IH));
-  Tensor weights = alloc(DType::F32, {T, IH});  // [n_tokens, IH] per-head weights (× IH^-0.5)
-  ops::linear(weights, x, w.weights_proj);
-  // Fused unless a dump wants the stages apart or OSPREY_ROPE_FUSION=0 (issue 13): the key's norm,
-  // rope and cache write in one op; with the FP8 key cache, q's rope, the weights' scale and q's
-  // quantisation in one.
-  const bool fused = !o.dump && rope_fusion_enabled();
-  const bool fp8_keys = index_keys.dtype == DType::U8;
-  Tensor ik;  // [n_tokens, 1, ID] (the unfused path's key; a dump's stage)
+  ops::linear(weights, x, w.weights_proj);  // [n_tokens, IH]
   if (fused) {
     ops::indexer_k_write(index_keys, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f, rope, inv_freq_,
                          rope_attention_factor_, b.attn);
   } else {
-    ik = alloc(DType::F32, {T, 1, ID});
     ops::layer_norm(ik, k_raw, w.k_norm_weight, w.k_norm_bias, 1e-6f);
     ops::rope(ik, 0, rope, b.attn.positions, inv_freq_, rope_attention_factor_,
               /*interleaved=*/false);
     ops::indexer_cache_write(index_keys, ik.reshape({T, ID}), b.attn);
   }
+}
+
+void DeepseekModel::indexer_select(int l, Tensor iq, Tensor weights, Tensor ik, Tensor topk,
+                                   bool fused, const ForwardBatch& b, PagedKVCache& cache,
+                                   const ForwardOptions& o) const {
+  Workspace::Scope scope(ws_);
+  const ModelConfig& c = config_;
+  const int64_t T = b.attn.n_tokens, IH = c.index_n_heads, ID = c.index_head_dim;
+  const int rope = c.qk_rope_head_dim;
+  Tensor index_keys = cache.index_keys(l);
+  const float w_scale = 1.0f / std::sqrt(float(IH));
+  const bool fp8_keys = index_keys.dtype == DType::U8;
   const bool q_fused = fused && fp8_keys;
   if (!q_fused) {
     // iq [n_tokens, IH, ID]: rope dims first, then the rest

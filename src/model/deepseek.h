@@ -154,11 +154,17 @@ class DeepseekModel {
   // kv_rows = Σ seq_lens (host value: sizes the expanded path's K/V).
   void attention(int l, const ops::NormOutputs& in, Tensor out, const ForwardBatch& b,
                  int64_t kv_rows, PagedKVCache& cache, const ForwardOptions& o) const;
-  // topk_indices [n_tokens, index_topk] of layer l (V3.2), from x [n_tokens, D] and the
-  // indexer's projections attention() computed beside its own: iq = q_lat · wq_bᵀ
-  // [n_tokens, IH, ID] and k_raw = x · wkᵀ [n_tokens, ID] (both before norm and rope).
-  void indexer(int l, Tensor x, Tensor iq, Tensor k_raw, Tensor topk, const ForwardBatch& b,
-               PagedKVCache& cache, const ForwardOptions& o) const;
+  // The indexer of layer l (V3.2) in two halves, from x [n_tokens, D] and the indexer's
+  // projections attention() computed beside its own: iq = q_lat · wq_bᵀ [n_tokens, IH, ID] and
+  // k_raw = x · wkᵀ [n_tokens, ID] (both before norm and rope). indexer_keys: the per-head weights
+  // [n_tokens, IH] F32 = x · weights_projᵀ and the keys' norm, rope and cache write (`fused`: one
+  // op; else the stages apart, the roped key left in ik [n_tokens, 1, ID]); it allocates nothing
+  // (attention() runs it on a fork's side). indexer_select: q's rope and scaling, the scores and
+  // topk_indices [n_tokens, index_topk].
+  void indexer_keys(int l, Tensor x, Tensor k_raw, Tensor weights, Tensor ik, bool fused,
+                    const ForwardBatch& b, PagedKVCache& cache) const;
+  void indexer_select(int l, Tensor iq, Tensor weights, Tensor ik, Tensor topk, bool fused,
+                      const ForwardBatch& b, PagedKVCache& cache, const ForwardOptions& o) const;
   void ffn(int l, const ops::NormOutputs& in, Tensor out, const ForwardOptions& o) const;
   void mlp(const MlpWeights& w, const ops::NormOutputs& in, Tensor out) const;
   // The forward over a batch that is all this rank's: logits [n_logits, V] (TP: gathered from

@@ -202,6 +202,67 @@ TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
   }
 }
 
+// The dense path's weight tiles by TMA (each linear's map in the launch's parameters) move the
+// same bytes as the producer's cp.async copies: the same y bit for bit, at 16-, 32- and 64-token
+// tiles, with row blocks past N (576, 128, 200 rows) and k-blocks past K (K = 1152: 9 k-blocks,
+// zero-filled to the stage) read as zeros; 4 k-blocks a stage (16-token tiles) against the CPU
+// twin, with and without TMA (bit for bit between them), and 4 requested at 33 tokens falls back
+// to 2 (the same bits as 2).
+TEST(CudaOps, LinearsByTmaAndWideStagesMatchTheTwin) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const int64_t was_group = ops::cuda::fp8_swapab_group_max_tokens();
+  ops::cuda::set_fp8_swapab_group_max_tokens(64);
+  struct Case {
+    int64_t in;
+    std::vector<int64_t> outs;
+  };
+  const Case cases[] = {{7168, {1536, 576, 128}}, {1536, {24576, 8192}}, {1152, {200, 256}}};
+  for (const Case& k : cases) {
+    std::vector<Fp8Weight> ws;
+    std::vector<LinearWeight> lw;
+    for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
+    for (const Fp8Weight& w : ws) lw.push_back(w.dev());
+    for (int64_t n : {int64_t(1), int64_t(13), int64_t(33), int64_t(64)}) {
+      Buffer xh = rand_f32({n, k.in}, -2.0f, 2.0f);
+      DeviceBuffer x = upload(xh);
+      auto run = [&](bool tma, int kgroups) {
+        const bool was_tma = ops::cuda::set_fp8_swapab_dense_tma(tma);
+        const int was_kg = ops::cuda::set_fp8_swapab_dense_groups(kgroups);
+        std::vector<DeviceBuffer> ys;
+        std::vector<LinearOut> outs;
+        for (const Fp8Weight& w : ws) ys.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
+        for (size_t i = 0; i < ws.size(); ++i) outs.push_back({ys[i], &lw[i]});
+        ops::cuda::linears(x, std::span<const LinearOut>(outs));
+        EXPECT_STREQ(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "n " << n;
+        ops::cuda::set_fp8_swapab_dense_tma(was_tma);
+        ops::cuda::set_fp8_swapab_dense_groups(was_kg);
+        std::vector<Buffer> got;
+        for (const DeviceBuffer& y : ys) got.push_back(download(y));
+        return got;
+      };
+      const std::vector<Buffer> copies = run(false, 2), tma = run(true, 2);
+      const std::vector<Buffer> wide = run(false, 4), wide_tma = run(true, 4);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const int64_t out = ws[i].w.view().size(0);
+        const size_t bytes = size_t(n * out) * 4;
+        const std::string what = strf("in %lld out %lld n %lld", static_cast<long long>(k.in),
+                                      static_cast<long long>(out), static_cast<long long>(n));
+        EXPECT_EQ(std::memcmp(copies[i].f32(), tma[i].f32(), bytes), 0) << "TMA " << what;
+        EXPECT_EQ(std::memcmp(wide[i].f32(), wide_tma[i].f32(), bytes), 0) << "TMA, 4 " << what;
+        if (n > 16) {  // 4 k-blocks a stage only for 16-token tiles: 2 taken, the same bits
+          EXPECT_EQ(std::memcmp(copies[i].f32(), wide[i].f32(), bytes), 0) << "4 at " << what;
+        }
+        Buffer ref(DType::F32, {n, out});
+        ops::cpu::linear_w8a8(ref, xh, ws[i].host());
+        expect_close("TMA " + what, tma[i], ref, kTolF32);
+        expect_close("4 k-blocks a stage " + what, wide[i], ref, kTolF32);
+      }
+    }
+  }
+  ops::cuda::set_fp8_swapab_group_max_tokens(was_group);
+}
+
 // The grouped launch's own token limit (OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS) raised to 64: the
 // linears of one x at 33..64 tokens run in one swap-AB launch (one 64-token tile), each y within
 // the CPU twin's tolerance, while a linear alone at 64 tokens stays with cuBLASLt; and the graph

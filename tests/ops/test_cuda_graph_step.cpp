@@ -47,6 +47,7 @@
 #include "model/safetensors_writer.h"
 #include "ops/gemm.h"
 #include "ops/pdl.h"
+#include "ops/stream_fork.h"
 
 namespace osprey {
 namespace {
@@ -260,6 +261,84 @@ TEST(CudaGraphStep, Dsv32LikeReplayMatchesEager) {
   replay_matches_eager(*m, "dsv32-small");
 }
 
+// One setting's run for the tests below that show a launch setting changes no byte: prompts of
+// B sequences prefilled one by one, then one eager decode step and one graph replay of it (the
+// setting applied before any of them, so the graph is captured with it), and the cache rows
+// written; and the number of join nodes (two branches meeting) in the replayed graph.
+struct SettingRun {
+  std::vector<Buffer> prefill_logits;
+  Buffer eager, replay;
+  CacheSnapshot cache;
+  std::vector<int64_t> slots;  // latent slots written (prefill and decode)
+  int joins = 0;
+};
+SettingRun run_setting(const DeepseekModel& m, int B) {
+  const ModelConfig& c = m.config();
+  const int64_t V = c.vocab_size;
+  SettingRun r;
+  std::mt19937 g(23);  // the same prompts for every setting
+  std::uniform_int_distribution<int> tok(2, int(V) - 1);
+  PagedKVCache cache = m.make_cache(int64_t(B) * kBlocksPerSeq);
+  std::vector<SeqStep> decode;
+  for (int s = 0; s < B; ++s) {
+    const int len = 17 + (37 * s) % 150;
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (auto& t : prompt) t = tok(g);
+    std::vector<int32_t> blocks(kBlocksPerSeq);
+    for (int i = 0; i < kBlocksPerSeq; ++i) blocks[size_t(i)] = s * kBlocksPerSeq + i;
+    OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
+    Buffer logits(DType::F32, {1, V});
+    m.forward(ob.batch(), cache, logits);
+    r.prefill_logits.push_back(std::move(logits));
+    for (int pos = 0; pos <= len; ++pos)
+      r.slots.push_back(int64_t(blocks[size_t(pos / kBlockSize)]) * kBlockSize + pos % kBlockSize);
+    decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
+  }
+  OwnedBatch ob(decode, kBlockSize);
+  r.eager = Buffer(DType::F32, {B, V});
+  m.forward(ob.batch(), cache, r.eager);
+  CudaGraphRunner runner(m, {1, 2, 4, 8, 16});
+  Storage dl(Device::CUDA, DType::F32, {16, V});
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // warm-up + capture
+  EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // replay
+  EXPECT_EQ(runner.capture_failures(), 0);
+  EXPECT_EQ(runner.replays(), 1);
+  r.replay = cuda::to_host(dl.view().rows(0, B));
+  r.cache = snapshot(cache, c.has_indexer);
+  for (int b : {1, 2, 4, 8, 16})
+    if (b >= B) {
+      if (const cuda::CudaGraph* graph = runner.graph(b)) r.joins = graph->nodes().joins;
+      break;
+    }
+  return r;
+}
+bool same_rows(const Buffer& a, const Buffer& b, const std::vector<int64_t>& slots) {
+  const int64_t n = a.view().size(0) * a.view().size(1);
+  const size_t row = a.view().nbytes() / size_t(n);
+  for (int64_t s : slots)
+    if (std::memcmp(static_cast<const char*>(a.view().data) + size_t(s) * row,
+                    static_cast<const char*>(b.view().data) + size_t(s) * row, row) != 0)
+      return false;
+  return true;
+}
+// The two runs' bytes equal, and the logits real (finite, not one value a row).
+void expect_same_runs(const SettingRun& off, const SettingRun& on, int B, int layers, int64_t V) {
+  ASSERT_EQ(off.prefill_logits.size(), on.prefill_logits.size());
+  for (size_t s = 0; s < off.prefill_logits.size(); ++s)
+    EXPECT_TRUE(same_bytes(off.prefill_logits[s], on.prefill_logits[s])) << "prefill " << s;
+  EXPECT_TRUE(same_bytes(off.eager, on.eager)) << "eager decode logits";
+  EXPECT_TRUE(same_bytes(off.replay, on.replay)) << "graph replay logits";
+  for (int64_t r = 0; r < B; ++r) {
+    const float* x = on.replay.f32() + r * V;
+    const auto [lo, hi] = std::minmax_element(x, x + V);
+    EXPECT_TRUE(std::isfinite(*lo) && std::isfinite(*hi) && *hi > *lo) << "row " << r;
+  }
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_TRUE(same_rows(off.cache.latent[size_t(l)], on.cache.latent[size_t(l)], off.slots))
+        << "latent layer " << l;
+  }
+}
+
 // Programmatic dependent launch (ops/cuda/hopper/pdl.cuh) changes when kernels start, never what
 // they compute: with PDL off and on, the same prompts' prefill logits, the eager decode step's
 // logits, a graph replay's logits (each setting captured in its own graph) and every cache row the
@@ -268,83 +347,48 @@ TEST(CudaGraphStep, PdlChangesNoByte) {
   OSPREY_REQUIRE_GPU();
   const auto m = small_model(3, 1, true);
   const ModelConfig& c = m->config();
-  const int64_t V = c.vocab_size;
   const bool was = ops::cuda::pdl_enabled();
-  struct Run {
-    std::vector<Buffer> prefill_logits;
-    Buffer eager, replay;
-    CacheSnapshot cache;
-    std::vector<int64_t> slots;  // latent slots written (prefill and decode)
-  };
-  auto run = [&](bool pdl, int B) {
-    ops::cuda::set_pdl(pdl);
-    Run r;
-    std::mt19937 g(23);  // the same prompts for both settings
-    std::uniform_int_distribution<int> tok(2, int(V) - 1);
-    PagedKVCache cache = m->make_cache(int64_t(B) * kBlocksPerSeq);
-    std::vector<SeqStep> decode;
-    for (int s = 0; s < B; ++s) {
-      const int len = 17 + (37 * s) % 150;
-      std::vector<int32_t> prompt(static_cast<size_t>(len));
-      for (auto& t : prompt) t = tok(g);
-      std::vector<int32_t> blocks(kBlocksPerSeq);
-      for (int i = 0; i < kBlocksPerSeq; ++i) blocks[size_t(i)] = s * kBlocksPerSeq + i;
-      OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
-      Buffer logits(DType::F32, {1, V});
-      m->forward(ob.batch(), cache, logits);
-      r.prefill_logits.push_back(std::move(logits));
-      for (int pos = 0; pos <= len; ++pos)
-        r.slots.push_back(int64_t(blocks[size_t(pos / kBlockSize)]) * kBlockSize +
-                          pos % kBlockSize);
-      decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
-    }
-    OwnedBatch ob(decode, kBlockSize);
-    r.eager = Buffer(DType::F32, {B, V});
-    m->forward(ob.batch(), cache, r.eager);
-    CudaGraphRunner runner(*m, {1, 2, 4, 8, 16});
-    Storage dl(Device::CUDA, DType::F32, {16, V});
-    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // warm-up + capture
-    EXPECT_TRUE(runner.forward(ob.batch(), cache, dl.view()));  // replay
-    EXPECT_EQ(runner.capture_failures(), 0);
-    EXPECT_EQ(runner.replays(), 1);
-    r.replay = cuda::to_host(dl.view().rows(0, B));
-    r.cache = snapshot(cache, c.has_indexer);
-    return r;
-  };
-  auto same_rows = [](const Buffer& a, const Buffer& b, const std::vector<int64_t>& slots) {
-    const int64_t n = a.view().size(0) * a.view().size(1);
-    const size_t row = a.view().nbytes() / size_t(n);
-    for (int64_t s : slots)
-      if (std::memcmp(static_cast<const char*>(a.view().data) + size_t(s) * row,
-                      static_cast<const char*>(b.view().data) + size_t(s) * row, row) != 0)
-        return false;
-    return true;
-  };
   for (int B : {1, 9, 16}) {
     SCOPED_TRACE(strf("B=%d", B));
-    const Run off = run(false, B);
-    const Run on = run(true, B);
-    ASSERT_EQ(off.prefill_logits.size(), on.prefill_logits.size());
-    for (size_t s = 0; s < off.prefill_logits.size(); ++s)
-      EXPECT_TRUE(same_bytes(off.prefill_logits[s], on.prefill_logits[s])) << "prefill " << s;
-    EXPECT_TRUE(same_bytes(off.eager, on.eager)) << "eager decode logits";
-    EXPECT_TRUE(same_bytes(off.replay, on.replay)) << "graph replay logits";
-    // Equal bytes mean something only if the logits are real: finite, and not one value a row.
-    for (int64_t r = 0; r < B; ++r) {
-      const float* x = on.replay.f32() + r * V;
-      const auto [lo, hi] = std::minmax_element(x, x + V);
-      EXPECT_TRUE(std::isfinite(*lo) && std::isfinite(*hi) && *hi > *lo) << "row " << r;
-    }
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
-      EXPECT_TRUE(same_rows(off.cache.latent[size_t(l)], on.cache.latent[size_t(l)], off.slots))
-          << "latent layer " << l;
-    }
+    ops::cuda::set_pdl(false);
+    const SettingRun off = run_setting(*m, B);
+    ops::cuda::set_pdl(true);
+    const SettingRun on = run_setting(*m, B);
+    expect_same_runs(off, on, B, c.num_hidden_layers, c.vocab_size);
     std::printf(
         "PDL B=%d: prefill, eager and replay logits and %zu latent rows a layer equal, PDL "
         "off vs on\n",
         B, off.slots.size());
   }
   ops::cuda::set_pdl(was);
+}
+
+// The attention's two forks (ops/stream_fork.h: the latent write and the indexer's keys beside
+// q's chain, q's absorption beside the indexer's scoring) change which kernels may run at once,
+// never what they compute: fork off and on give the same bytes (prefill, eager decode, graph
+// replay, cache rows), and the graph captured with the fork holds its branches: two joins a layer
+// (the indexer's layers) more than the graph without it.
+TEST(CudaGraphStep, StreamForkChangesNoByte) {
+  OSPREY_REQUIRE_GPU();
+  const auto m = small_model(3, 1, true);
+  const ModelConfig& c = m->config();
+  ASSERT_TRUE(c.has_indexer);
+  const bool was = ops::set_stream_fork(false);
+  for (int B : {1, 9, 16}) {
+    SCOPED_TRACE(strf("B=%d", B));
+    ops::set_stream_fork(false);
+    const SettingRun off = run_setting(*m, B);
+    ops::set_stream_fork(true);
+    const SettingRun on = run_setting(*m, B);
+    expect_same_runs(off, on, B, c.num_hidden_layers, c.vocab_size);
+    EXPECT_GE(on.joins, off.joins + 2 * c.num_hidden_layers)
+        << "joins in the graph: fork on " << on.joins << ", off " << off.joins;
+    std::printf(
+        "FORK B=%d: prefill, eager and replay logits and %zu latent rows a layer equal, fork off "
+        "vs on; graph joins %d vs %d\n",
+        B, off.slots.size(), off.joins, on.joins);
+  }
+  ops::set_stream_fork(was);
 }
 
 // The kernel budget of a decode step, per layer kind (dsv32_small: q LoRA, FP8 linears on the

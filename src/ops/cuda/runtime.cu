@@ -6,10 +6,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
+#include "ops/cuda/stream_fork.h"
 #include "ops/tensor_ops.h"
 
 namespace osprey::ops::cuda {
@@ -19,9 +21,15 @@ struct Arena {
   void* ptr[kScratchCount] = {};
   size_t size[kScratchCount] = {};
 };
+// One arena a lane: lane 0 the ops of a thread's stream, lane 1 those of an ops::Fork's side
+// (ops/stream_fork.h), so that ops running at once on the two streams never share a slot.
+thread_local int t_lane = 0;
+Arena& arena(int lane) {
+  static Arena a[kScratchLanes];
+  return a[lane];
+}
 Arena& arena() {
-  static Arena a;
-  return a;
+  return arena(t_lane);
 }
 
 template <typename D, typename S>
@@ -65,11 +73,21 @@ void* scratch(ScratchSlot slot, size_t bytes) {
   return a.ptr[slot];
 }
 
+int scratch_lane() {
+  return t_lane;
+}
+int set_scratch_lane(int lane) {
+  OSPREY_CHECK(lane >= 0 && lane < kScratchLanes, "scratch lane ", lane);
+  return std::exchange(t_lane, lane);
+}
+
 void fill_scratch(int byte) {
-  const Arena& a = arena();
-  for (int slot = 0; slot < kScratchCount; ++slot)
-    if (a.ptr[slot] && slot != kScratchLtWorkspace)  // cuBLASLt's own between its calls
-      OSPREY_CUDA_CHECK(cudaMemset(a.ptr[slot], byte, a.size[slot]));
+  for (int lane = 0; lane < kScratchLanes; ++lane) {
+    const Arena& a = arena(lane);
+    for (int slot = 0; slot < kScratchCount; ++slot)
+      if (a.ptr[slot] && slot != kScratchLtWorkspace)  // cuBLASLt's own between its calls
+        OSPREY_CUDA_CHECK(cudaMemset(a.ptr[slot], byte, a.size[slot]));
+  }
   OSPREY_CUDA_CHECK(cudaDeviceSynchronize());  // done before work on any stream reads it
 }
 

@@ -48,12 +48,15 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm/fp8_swapab.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/sync.cuh"
 #include "ops/cuda/hopper/tma.cuh"
+#include "ops/cuda/hopper/tma_map.h"
+#include "ops/cuda/stream_fork.h"
 
 namespace osprey::ops::cuda {
 
@@ -74,10 +77,10 @@ constexpr int kMaxSplits = 32;
 // The persistent dense grid's cost of an item's split-K partial (written, then read by the last
 // split: 256 × BN/2 F32 each way, 16 KB at BN = 16 against a stage's 32 KB of weights), in stages.
 constexpr int kSplitItemCostStages = 1;
-// Stages of its weights a dense block asks L2 for before its PDL wait (hopper/pdl.cuh): 4 × 256 B
-// a row, 128 KB a block, enough to cover the launch-to-first-load gap without crowding the L2
-// that the predecessor's last blocks still use.
-constexpr int kPdlPrefetchStages = 4;
+// Bytes of each of its weight rows a dense block asks L2 for before its PDL wait
+// (hopper/pdl.cuh): 1 KB a row (4 stages of 2 k-blocks), 128 KB a block, enough to cover the
+// launch-to-first-load gap without crowding the L2 that the predecessor's last blocks still use.
+constexpr int kPdlPrefetchRowBytes = 1024;
 // Gate/up at 64-row tiles: setmaxnreg moves registers from the producer warpgroup (TMA/cp.async
 // issue, the item walk) to the consumers (2 × 32 accumulators + 2 × 32 partials), within the
 // 384 × 168 pool the entry cap gives: 128·112 + 256·192 = 63488. ptxas -v: at the entry cap the
@@ -110,13 +113,16 @@ struct Layout {
   static constexpr size_t kSmem = size_t(kItemOff) + (kStages + 1) * 4 + 1024;  // + align slack
   static_assert(kStages >= 2);
   static_assert(BN == 16 || BN == 32 || BN == 64);
-  static_assert(kG == 1 || kG == 2);
+  static_assert(kG == 1 || kG == 2 || (kG == 4 && BN == 16 && kMode == kDense));
   static_assert(BN * kG <= 128);  // the scale copies: one thread each
 };
 
 // One linear of a dense launch: y [n, N] = x · W8ᵀ with W8 [N, K] e4m3, scales [ceil(N/128),
-// K/128]; its row blocks are the launch's rb0 .. rb0 + ceil(N/128) − 1.
+// K/128]; its row blocks are the launch's rb0 .. rb0 + ceil(N/128) − 1. map: W8's TMA map (boxes
+// of 128 rows × 128 K bytes) when Params::weight_tma, read in the kernel's parameter space (the
+// kernel's Params is __grid_constant__).
 struct DenseSeg {
+  CUtensorMap map;
   void* y;
   const uint8_t* w8;
   const float* w_scale;
@@ -144,7 +150,7 @@ struct Params {
   float* ws;          // split-K partials [tiles = rbs · ttiles, splits, 256, BN/2]
   int* counters;      // [tiles], zero between launches
   int splits;
-  bool weight_tma;  // MoE modes: the weight tiles come by TMA through the experts' maps
+  bool weight_tma;  // the weight tiles come by TMA: the experts' maps (MoE), DenseSeg::map
   int row_blks;     // MoE: N / 128, the row blocks of a tile
   int n_items;      // MoE: max_tiles · row_blks work items, item = tile · row_blks + row_blk;
                     // kDense: splits · rbs · ttiles
@@ -165,7 +171,7 @@ struct Item {
   int sb0, sb1;  // its stages of kG k-blocks [sb0, sb1)
   const uint8_t* w[kNW];
   const float* wsc[kNW];
-  const void* wmap[kNW];  // the weights' TMA maps (MoE modes with p.weight_tma)
+  const void* wmap[kNW];  // the weights' TMA maps (with p.weight_tma)
 };
 
 // Item `item`: kDense, (split · rbs + row block) · ttiles + token tile, the row block's linear
@@ -180,19 +186,20 @@ __device__ __forceinline__ bool item_at(const Params& p, int item, Item<kNW>& it
     it.split = item / per_split;
     const int r = item - it.split * per_split;
     const int rb = r / p.ttiles, tt = r - rb * p.ttiles;
-    DenseSeg S = p.segs[0];
+    // (a pointer into the parameters, selected unrolled: no copy of a segment and its map)
+    const DenseSeg* S = &p.segs[0];
 #pragma unroll
     for (int i = 1; i < kMaxDenseSegs; ++i)
-      if (i < p.n_segs && rb >= p.segs[i].rb0) S = p.segs[i];
-    it.row_blk = rb - S.rb0;
+      if (i < p.n_segs && rb >= p.segs[i].rb0) S = &p.segs[i];
+    it.row_blk = rb - S->rb0;
     it.tile = r;
     it.tok0 = int64_t(tt) * BN;
     it.ncols = int(min(int64_t(BN), p.n - it.tok0));
-    it.N = S.N;
-    it.y = S.y;
-    it.w[0] = S.w8;
-    it.wsc[0] = S.w_scale;
-    it.wmap[0] = nullptr;
+    it.N = S->N;
+    it.y = S->y;
+    it.w[0] = S->w8;
+    it.wsc[0] = S->w_scale;
+    it.wmap[0] = &S->map;
     const int sb_per = (nsb + p.splits - 1) / p.splits;
     it.sb0 = it.split * sb_per;
     it.sb1 = min(nsb, it.sb0 + sb_per);
@@ -243,20 +250,20 @@ __device__ __forceinline__ float silu(float g) {
 
 // kSplit: prefill gate/up only, gate and up as two wgmma groups (set_fp8_moe_split_waits).
 template <int BN, int kMode, int kG, typename Ty, bool kSplit = false>
-__global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const __grid_constant__ Params p) {
   using L = Layout<BN, kMode, kG>;
   if constexpr (kMode == kDense) {
     // The weights are constants: before waiting for the previous kernel (hopper/pdl.cuh), pull
-    // the first kPdlPrefetchStages stages of this block's first item into L2, so under PDL the
-    // stream of weight bytes starts during the predecessor's tail. Row tid of the block's 128:
-    // one contiguous range.
+    // the first kPdlPrefetchRowBytes of each row of this block's first item into L2, so under PDL
+    // the stream of weight bytes starts during the predecessor's tail. Row tid of the block's
+    // 128: one contiguous range.
     if (threadIdx.x < kBM && int(blockIdx.x) < p.n_items) {
       Item<1> I;
       item_at<BN, kMode, 1, kG>(p, int(blockIdx.x), I);
       const int64_t row = int64_t(I.row_blk) * kBM + threadIdx.x;
       const int64_t k0 = int64_t(I.sb0) * kG * kGroup;
       const int64_t k1 =
-          min(p.K, k0 + int64_t(min(I.sb1 - I.sb0, kPdlPrefetchStages)) * kG * kGroup);
+          min(p.K, k0 + min(int64_t(I.sb1 - I.sb0) * kG * kGroup, int64_t(kPdlPrefetchRowBytes)));
       if (row < I.N && k1 > k0) hw::bulk_prefetch_l2(I.w[0] + row * p.K + k0, uint32_t(k1 - k0));
     }
   }
@@ -288,20 +295,20 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const Params p)
   // them each item in stage_item[] of its first stage (−1 after the last).
   // The block's geometry, computed in each role after its setmaxnreg (computed once before it,
   // two of these values were spilled and reloaded inside the consumers' k-loop).
-#define OSPREY_SWAPAB_GEOMETRY                                          \
-  const int64_t K = p.K;                                                \
-  const int nkb = int(K / kGroup);                                      \
-  const int item0 = int(blockIdx.x);                                    \
-  const int item_step = int(gridDim.x);                                 \
-  const int n_items = p.n_items;                                        \
-  const bool tma = kMode != kDense && p.weight_tma; /* block-uniform */ \
+#define OSPREY_SWAPAB_GEOMETRY                       \
+  const int64_t K = p.K;                             \
+  const int nkb = int(K / kGroup);                   \
+  const int item0 = int(blockIdx.x);                 \
+  const int item_step = int(gridDim.x);              \
+  const int n_items = p.n_items;                     \
+  const bool tma = p.weight_tma; /* block-uniform */ \
   (void)nkb, (void)item_step, (void)tma
 
   if (tid == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       // every producer thread's noinc arrival, and thread 0's arrival (expect_tx with TMA; in the
       // MoE modes it also publishes stage_item)
-      hw::mbar_init(&full[s], kMode != kDense ? 129 : 128);
+      hw::mbar_init(&full[s], kMode != kDense || p.weight_tma ? 129 : 128);
       hw::mbar_init(&empty[s], kConsumers);  // every consumer thread
     }
     hw::mbar_init_fence();
@@ -661,7 +668,25 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
   if (lane == 0) s[row * ng + g] = sc;
 }
 
-int g_dense_groups = 2;  // k-blocks a stage on the dense path (bench variant: 1)
+// K-blocks a stage on the dense path: 2, or the variants 1 and 4 (4: 512 contiguous bytes of each
+// weight row a stage, 3 stages of 73 KB; 16-token tiles only, wider tiles keep 2);
+// OSPREY_FP8_DENSE_KGROUPS=1|2|4 for whole runs.
+int g_dense_groups = [] {
+  const char* e = std::getenv("OSPREY_FP8_DENSE_KGROUPS");
+  if (!e || !*e) return 2;
+  const std::string v = e;
+  OSPREY_CHECK(v == "1" || v == "2" || v == "4",
+               "OSPREY_FP8_DENSE_KGROUPS must be 1, 2 or 4, not '", v, "'");
+  return std::stoi(v);
+}();
+// The dense path's weight tiles by TMA (one thread a stage: kG boxes [128 rows × 128 bytes]
+// through each linear's map, encoded on the host and passed in the kernel's parameters) rather than
+// the producer warpgroup's 16-byte cp.async copies; the token tiles stay cp.async either way.
+// A variant until measured: OSPREY_FP8_DENSE_TMA=1.
+bool g_dense_tma = [] {
+  const char* e = std::getenv("OSPREY_FP8_DENSE_TMA");
+  return e && e[0] == '1';
+}();
 // Most tokens the dense path takes. 32: at 64 and 128 tokens cuBLASLt's block-scaled GEMM was
 // faster on most V3.2 shapes (H200, 2026-12-01, bench kernels --op gemm: e.g. q_a_proj at 64
 // tokens 21.9 us against 37.6, kv_a_proj 20.3 against 40.4); at 1 and 16 this kernel was faster
@@ -754,11 +779,14 @@ int* moe_sched_counters() {
 // cudaMemset below is that one-time fill at allocation, outside any step: it runs on the first call
 // of a shape needing more counters than allocated (an eager call, as every growth of the scratch
 // arena is; a CUDA graph is captured after its shapes ran once), never as a node of a step.
+// One buffer a scratch lane (common.cuh): launches on an ops::Fork's two streams may run at once.
 int* split_counters(size_t n) {
   static std::mutex mu;
-  static int* buf = nullptr;
-  static size_t cap = 0;
+  static int* bufs[kScratchLanes] = {};
+  static size_t caps[kScratchLanes] = {};
   const std::lock_guard<std::mutex> lock(mu);
+  int*& buf = bufs[scratch_lane()];
+  size_t& cap = caps[scratch_lane()];
   if (n > cap) {
     bump_device_memory_epoch();  // a graph captured before holds the old buffer
     if (buf) {
@@ -788,12 +816,16 @@ void launch(const Params& p, const dim3& grid) {
 
 template <int kG, typename Ty>
 void launch_dense(const Params& p, const dim3& grid, int bn) {
-  if (bn == 16)
+  if constexpr (kG == 4) {  // 16-token tiles only (launch_fp8_swapab_linears)
+    (void)bn;
+    launch<16, kDense, 4, Ty>(p, grid);
+  } else if (bn == 16) {
     launch<16, kDense, kG, Ty>(p, grid);
-  else if (bn == 32)
+  } else if (bn == 32) {
     launch<32, kDense, kG, Ty>(p, grid);
-  else
+  } else {
     launch<64, kDense, kG, Ty>(p, grid);
+  }
 }
 
 // Splits of K for `tiles` blocks of nkb stages each: the fewest waves × (stages a split + the
@@ -858,6 +890,32 @@ bool g_dense_group = [] {
   const char* e = std::getenv("OSPREY_FP8_DENSE_GROUP");
   return !(e && e[0] == '0');
 }();
+// The TMA map of a dense weight W8 [N, K] e4m3 (boxes of 128 rows × 128 K bytes), encoded once per
+// (pointer, shape) and kept: a host-only encode (legal inside a graph capture), whose result
+// travels in the launch's parameters. Weights live as long as the model; a freed pointer reused
+// by another weight of the same shape has the same map.
+CUtensorMap dense_weight_map(const uint8_t* w8, int64_t N, int64_t K) {
+  struct Key {
+    const uint8_t* w;
+    int64_t N, K;
+    bool operator==(const Key&) const = default;
+  };
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.w) ^ (size_t(k.N) * 0x9e3779b97f4a7c15ull) ^ size_t(k.K);
+    }
+  };
+  static std::mutex mu;
+  static std::unordered_map<Key, CUtensorMap, Hash> maps;
+  const std::lock_guard<std::mutex> lock(mu);
+  const Key key{w8, N, K};
+  auto it = maps.find(key);
+  if (it == maps.end())
+    it = maps.emplace(key, hopper::tma_map_u8_2d_sw128(w8, uint64_t(K), uint64_t(N), uint64_t(K),
+                                                       uint32_t(kBM)))
+             .first;
+  return it->second;
+}
 }  // namespace
 
 void set_fp8_swapab(bool allow) {
@@ -890,9 +948,17 @@ void set_fp8_swapab_max_tokens(int64_t n) {
                " tokens, not ", n);
   g_max_tokens = n;
 }
-void set_fp8_swapab_dense_groups(int groups) {
-  OSPREY_CHECK(groups == 1 || groups == 2, "fp8 swap-AB: 1 or 2 k-blocks a stage, not ", groups);
+int set_fp8_swapab_dense_groups(int groups) {
+  OSPREY_CHECK(groups == 1 || groups == 2 || groups == 4,
+               "fp8 swap-AB: 1, 2 or 4 k-blocks a stage, not ", groups);
+  const int was = g_dense_groups;
   g_dense_groups = groups;
+  return was;
+}
+bool set_fp8_swapab_dense_tma(bool on) {
+  const bool was = g_dense_tma;
+  g_dense_tma = on;
+  return was;
 }
 int64_t fp8_swapab_max_tokens() {
   return max_tokens();
@@ -950,17 +1016,27 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   // tiles of 64 side by side (consecutive items), so their weight reads after the first come from
   // L2.
   const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
+  const int kg = g_dense_groups == 4 && bn > 16 ? 2 : g_dense_groups;  // 4: 16-token tiles only
   Params p{};
+  // TMA needs 16-byte aligned bases (the rows are: K is a multiple of 128).
+  p.weight_tma = g_dense_tma && std::all_of(outs.begin(), outs.end(), [](const DenseLinear& o) {
+                   return reinterpret_cast<uintptr_t>(o.w8) % 16 == 0;
+                 });
   int64_t rbs = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     const DenseLinear& o = outs[i];
     OSPREY_CHECK(o.N >= 1 && o.N < (int64_t(1) << 31), "fp8_swapab_linear: N ", o.N);
-    p.segs[i] = DenseSeg{o.y, o.w8, o.w_scale, o.N, int(rbs)};
+    p.segs[i].y = o.y;
+    p.segs[i].w8 = o.w8;
+    p.segs[i].w_scale = o.w_scale;
+    p.segs[i].N = o.N;
+    p.segs[i].rb0 = int(rbs);
+    if (p.weight_tma) p.segs[i].map = dense_weight_map(o.w8, o.N, K);
     rbs += (o.N + kBM - 1) / kBM;
   }
   const int64_t ttiles = (n + bn - 1) / bn, tiles = rbs * ttiles;
   OSPREY_CHECK(tiles * kMaxSplits < (int64_t(1) << 31), "fp8_swapab_linear: ", tiles, " tiles");
-  const int nsb = int((K / kGroup + g_dense_groups - 1) / g_dense_groups);  // stages of K
+  const int nsb = int((K / kGroup + kg - 1) / kg);  // stages of K
   const bool persistent = g_dense_grid == DenseGrid::kPersistent;
   const int splits = persistent ? choose_persistent_splits(tiles, nsb) : choose_splits(tiles, nsb);
   p.n_segs = int(outs.size());
@@ -979,11 +1055,16 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   }
   const dim3 grid{unsigned(persistent ? std::min<int64_t>(p.n_items, sm_count()) : p.n_items), 1u,
                   1u};
-  if (g_dense_groups == 1) {
+  if (kg == 1) {
     if (y_type == DType::F32)
       launch_dense<1, float>(p, grid, bn);
     else
       launch_dense<1, bf16>(p, grid, bn);
+  } else if (kg == 4) {
+    if (y_type == DType::F32)
+      launch_dense<4, float>(p, grid, bn);
+    else
+      launch_dense<4, bf16>(p, grid, bn);
   } else {
     if (y_type == DType::F32)
       launch_dense<2, float>(p, grid, bn);
