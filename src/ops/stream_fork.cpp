@@ -62,7 +62,7 @@ Fork::Fork(Device, bool) {
 }
 Fork::~Fork() = default;
 Fork::Side::Side(Fork* fork) : fork_(fork) {
-  (void)prev_stream_, (void)prev_lane_;
+  (void)fork_, (void)prev_stream_, (void)prev_lane_;
 }
 Fork::Side::~Side() = default;
 Fork::Side Fork::side() {
