@@ -56,13 +56,14 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       const std::string path = ops::cuda::last_fp8_gemm_path();
       const ops::cuda::Timing t =
           ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes);
-      // Variants: one k-block a stage (the default takes two); past 32 tokens, where cuBLASLt
-      // runs, osprey's kernel with one tile of 64 tokens (two side by side at 65..128).
+      // Variants: one k-block a stage (the default takes 4 up to 16 tokens, 2 past); past 32
+      // tokens, where cuBLASLt runs, osprey's kernel with one tile of 64 tokens (two side by side
+      // at 65..128).
       double g1_us = 0, wide_us = 0;
       if (path == "swapab-fp8") {
-        ops::cuda::set_fp8_swapab_dense_groups(1);
+        const int was = ops::cuda::set_fp8_swapab_dense_groups(1);
         g1_us = ops::cuda::time_events(ours, o.warmup, o.iters, kKernelFlushBytes).median_ms * 1e3;
-        ops::cuda::set_fp8_swapab_dense_groups(2);
+        ops::cuda::set_fp8_swapab_dense_groups(was);
       } else if (m <= ops::cuda::kSwapAbMaxTokens) {
         ops::cuda::set_fp8_swapab_max_tokens(ops::cuda::kSwapAbMaxTokens);
         wide_us =
@@ -108,7 +109,8 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
       "bytes = W (e4m3) + its scales + x + y; path = what osprey runs for the shape; lt = "
       "cuBLASLt's block-scaled FP8 GEMM (activation quantisation included in both); rel_diff = "
       "osprey vs cuBLASLt; var_us = a variant of osprey's kernel: on its rows, one k-block a "
-      "pipeline stage instead of two; on cuBLASLt's rows up to 128 tokens, osprey's kernel with "
+      "pipeline stage instead of 4 (<= 16 tokens) or 2; on cuBLASLt's rows up to 128 tokens, "
+      "osprey's kernel with "
       "token tiles of 64)\n",
       o.iters, o.warmup);
 }
@@ -235,7 +237,9 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
           return std::sqrt(num / std::max(den, 1e-30));
         };
         const double dm = rel(main_y[i], sab_y[i]);
-        OSPREY_CHECK(dm <= (path == sab_path ? 1e-5 : 2e-2), g.what, " M ", m,
+        // (cuBLASLt's rows: W8A8 block-scaled, 2e-2, or outside that class the dequantize
+        // fallback, W8A16: ~3e-2, as run_gemm's rows)
+        OSPREY_CHECK(dm <= (path == sab_path ? 1e-5 : 0.1), g.what, " M ", m,
                      ": the mainline differs from the grouped swap-AB launch (", dm, ")");
         diff = std::max(diff, dm);
         if (m <= 16) {

@@ -12,10 +12,11 @@
 // sequences of as many tokens as the real ones (engine/cuda_graph_metadata.h: the layout, the
 // padding and the shrink-tail rule). A step whose padding would cross a token count where the
 // linears change kernels (ops::cuda::token_path_thresholds: the swap-AB limit 32, the experts'
-// decode limit 128) runs eagerly: the padded step would compute its real rows with other
-// arithmetic (measured on the H200: 27 verify tokens padded to 48, logits 0.11 apart and a greedy
-// token changed). Decode buckets never cross them (32 and 128 are capture sizes); some verify
-// buckets do (9 sequences of 3 tokens in the bucket of 16).
+// decode limit 128, the dense stages' 16) runs eagerly: the padded step would compute its real rows
+// with other arithmetic (measured on the H200: 27 verify tokens padded to 48, logits 0.11 apart and
+// a greedy token changed; on an H100, 15 verify tokens padded to 24 across 16: 0.12). Decode
+// buckets never cross them (16, 32 and 128 are capture sizes); some verify buckets do (9
+// sequences of 3 tokens in the bucket of 16, 5 of 3 in the bucket of 8).
 //
 // Per key the runner owns one persistent device region, the metadata at fixed addresses (the
 // graph's kernel arguments point there), and its host staging twin (q tokens a sequence):

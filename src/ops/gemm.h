@@ -83,7 +83,8 @@ void set_fp8_swapab(bool allow);
 void set_fp8_moe_prefill_swapab(bool on);
 bool fp8_moe_prefill_swapab();
 // The token counts T at which the CUDA linears change kernels between a step of ≤ T tokens and one
-// of more (the dense swap-AB limit, the routed experts' decode limit), ascending: a step padded
+// of more (the dense swap-AB limit, the routed experts' decode limit, 16 where the dense path's
+// stages change with its token tile), ascending: a step padded
 // across one computes its real rows with other arithmetic than the unpadded step
 // (engine/cuda_graph_runner.h runs such steps eagerly).
 std::vector<int64_t> token_path_thresholds();

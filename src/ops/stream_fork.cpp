@@ -12,7 +12,7 @@ namespace osprey::ops {
 namespace {
 bool g_fork = [] {
   const char* e = std::getenv("OSPREY_STREAM_FORK");
-  return e && e[0] == '1';
+  return !(e && e[0] == '0');
 }();
 }  // namespace
 

@@ -668,12 +668,14 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
   if (lane == 0) s[row * ng + g] = sc;
 }
 
-// K-blocks a stage on the dense path: 2, or the variants 1 and 4 (4: 512 contiguous bytes of each
-// weight row a stage, 3 stages of 73 KB; 16-token tiles only, wider tiles keep 2);
-// OSPREY_FP8_DENSE_KGROUPS=1|2|4 for whole runs.
+// K-blocks a stage on the dense path: 4 (the default: 512 contiguous bytes of each weight row a
+// stage, 3 stages of 73 KB; 16-token tiles only, wider tiles take 2), or the variants 1 and 2
+// (OSPREY_FP8_DENSE_KGROUPS=1|2|4 for whole runs). With weight tiles by TMA and the attention's
+// stream forks, 4 took the dsv32 B = 1 graph step from 2.262 to 2.231 ms (H100, 2026-12-06, three
+// rounds: bench/RESULTS.md run 18); at B = 16 the rounds were within their spread.
 int g_dense_groups = [] {
   const char* e = std::getenv("OSPREY_FP8_DENSE_KGROUPS");
-  if (!e || !*e) return 2;
+  if (!e || !*e) return 4;
   const std::string v = e;
   OSPREY_CHECK(v == "1" || v == "2" || v == "4",
                "OSPREY_FP8_DENSE_KGROUPS must be 1, 2 or 4, not '", v, "'");
@@ -681,11 +683,12 @@ int g_dense_groups = [] {
 }();
 // The dense path's weight tiles by TMA (one thread a stage: kG boxes [128 rows × 128 bytes]
 // through each linear's map, encoded on the host and passed in the kernel's parameters) rather than
-// the producer warpgroup's 16-byte cp.async copies; the token tiles stay cp.async either way.
-// A variant until measured: OSPREY_FP8_DENSE_TMA=1.
+// the producer warpgroup's 16-byte cp.async copies; the token tiles stay cp.async either way. The
+// default (the same bits; dsv32 graph step B = 1 2.28 → 2.26 ms, B = 16 5.63 → 5.57 ms with the
+// stream forks, H100, run 18); OSPREY_FP8_DENSE_TMA=0 keeps cp.async.
 bool g_dense_tma = [] {
   const char* e = std::getenv("OSPREY_FP8_DENSE_TMA");
-  return e && e[0] == '1';
+  return !(e && e[0] == '0');
 }();
 // Most tokens the dense path takes. 32: at 64 and 128 tokens cuBLASLt's block-scaled GEMM was
 // faster on most V3.2 shapes (H200, 2026-12-01, bench kernels --op gemm: e.g. q_a_proj at 64
@@ -954,6 +957,9 @@ int set_fp8_swapab_dense_groups(int groups) {
   const int was = g_dense_groups;
   g_dense_groups = groups;
   return was;
+}
+int fp8_swapab_dense_groups() {
+  return g_dense_groups;
 }
 bool set_fp8_swapab_dense_tma(bool on) {
   const bool was = g_dense_tma;

@@ -45,13 +45,15 @@ void set_fp8_swapab_group_max_tokens(int64_t n);
 int64_t fp8_swapab_group_max_tokens();
 // Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
 bool fp8_swapab_enabled();
-// The dense path's k-blocks a pipeline stage (2, the default, or 1 or 4; 4 applies to launches of
-// at most 16 tokens, wider ones take 2): kernel variants the benchmark compares (bench kernels
-// --op gemm; OSPREY_FP8_DENSE_KGROUPS). Returns the previous value.
+// The dense path's k-blocks a pipeline stage: 4, the default, applies to launches of at most 16
+// tokens (wider ones take 2: its split-K sums differ, so 16 is one of token_path_thresholds); 1 and
+// 2 are variants the benchmark compares (bench kernels --op gemm; OSPREY_FP8_DENSE_KGROUPS).
+// set_ returns the previous value.
 int set_fp8_swapab_dense_groups(int groups);
-// The dense path's weight tiles by TMA through each linear's map (on) or by the producer's
-// cp.async copies (off, the default); the same bytes in shared memory, the same results bit for
-// bit (OSPREY_FP8_DENSE_TMA=1). Returns the previous setting.
+int fp8_swapab_dense_groups();
+// The dense path's weight tiles by TMA through each linear's map (on, the default) or by the
+// producer's cp.async copies (off); the same bytes in shared memory, the same results bit for bit
+// (OSPREY_FP8_DENSE_TMA=0 for off). Returns the previous setting.
 bool set_fp8_swapab_dense_tma(bool on);
 // The dispatch's token limit (default 32, at most kSwapAbMaxTokens): a benchmark variant.
 void set_fp8_swapab_max_tokens(int64_t n);
