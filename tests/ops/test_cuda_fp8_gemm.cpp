@@ -202,6 +202,25 @@ TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
   }
 }
 
+// The dense path's stage depth changes the split-K sums between 16-token tiles (4 k-blocks a stage,
+// the default) and wider ones (2), so 16 is a path threshold while 4 is on (a verify step padded
+// across it runs eagerly: engine/cuda_graph_runner.h) and not with 2. Host state only: runs
+// without a GPU.
+TEST(CudaOps, DenseStageDepthIsAPathThreshold) {
+  auto has16 = [] {
+    const std::vector<int64_t> th = ops::cuda::token_path_thresholds();
+    return std::find(th.begin(), th.end(), int64_t(16)) != th.end();
+  };
+  const int was = ops::cuda::set_fp8_swapab_dense_groups(4);
+  EXPECT_EQ(ops::cuda::fp8_swapab_dense_groups(), 4);
+  EXPECT_TRUE(has16());
+  const std::vector<int64_t> th = ops::cuda::token_path_thresholds();
+  EXPECT_TRUE(std::is_sorted(th.begin(), th.end()));
+  ops::cuda::set_fp8_swapab_dense_groups(2);
+  EXPECT_FALSE(has16());
+  ops::cuda::set_fp8_swapab_dense_groups(was);
+}
+
 // The dense path's weight tiles by TMA (each linear's map in the launch's parameters) move the
 // same bytes as the producer's cp.async copies: the same y bit for bit, at 16-, 32- and 64-token
 // tiles, with row blocks past N (576, 128, 200 rows) and k-blocks past K (K = 1152: 9 k-blocks,
