@@ -417,6 +417,7 @@ void DeepseekModel::attention(int l, const ops::NormOutputs& in, Tensor out, con
                    {{q.reshape({T, H * qk}), &w.q_b_proj}, {iq.reshape({T, IH * ID}), &iw.wq_b}});
     else
       ops::linears(q_lat, q8, {{q.reshape({T, H * qk}), &w.q_b_proj}});
+    keys.join();  // the indexer's keys and weights and the latent cache, read below
     if (o.dump) o.dump->put(stage(l, "q_lat"), q_lat);
   } else {
     ops::linears(x, in.fp8, {{q.reshape({T, H * qk}), &w.q_proj}, {kv, &w.kv_a_proj}});

@@ -34,7 +34,13 @@ Fork::Fork(Device device, bool enabled) {
   cuda::stream_after(side_, main_);  // the side starts after what the main stream has issued
 }
 Fork::~Fork() {
-  join();
+  // A safety net: callers join where the side's results are read. Here (also while an op's error
+  // unwinds the step) a failing join must not end the process: a CUDA error is sticky, and the
+  // next CUDA call reports it.
+  try {
+    join();
+  } catch (...) {
+  }
 }
 Fork::Side::Side(Fork* fork) : fork_(fork) {
   if (!fork_) return;

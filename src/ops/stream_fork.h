@@ -25,7 +25,7 @@ class Fork {
  public:
   // Inactive on the CPU, with `enabled` false or the fork switched off.
   explicit Fork(Device device, bool enabled = true);
-  ~Fork();  // joins if the side was used and not joined
+  ~Fork();  // joins if the side was used and not joined (errors swallowed: call join())
   Fork(const Fork&) = delete;
   Fork& operator=(const Fork&) = delete;
 
