@@ -85,9 +85,12 @@ std::unique_ptr<DeepseekModel> small_model(int layers, int dense, bool indexer) 
 
 constexpr int kBlocksPerSeq = 4;  // 256 positions a sequence: the contexts below fit
 
-// Sequences prefilled eagerly, one at a time, and the decode step each takes next.
+// Sequences prefilled eagerly, one at a time, and the decode step each takes next; each prompt's
+// logits and the latent slots the prefills and decodes write.
 struct Batch {
   std::vector<SeqStep> decode;
+  std::vector<Buffer> prefill_logits;  // [1, V] a sequence
+  std::vector<int64_t> slots;
 };
 Batch prefill(const DeepseekModel& m, PagedKVCache& cache, int B, std::mt19937& g) {
   const int V = m.config().vocab_size;
@@ -102,6 +105,9 @@ Batch prefill(const DeepseekModel& m, PagedKVCache& cache, int B, std::mt19937& 
     OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
     Buffer logits(DType::F32, {1, V});
     m.forward(ob.batch(), cache, logits);
+    b.prefill_logits.push_back(std::move(logits));
+    for (int pos = 0; pos <= len; ++pos)  // the prompt's rows and the decode token's
+      b.slots.push_back(int64_t(blocks[size_t(pos / kBlockSize)]) * kBlockSize + pos % kBlockSize);
     b.decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
   }
   return b;
@@ -277,24 +283,11 @@ SettingRun run_setting(const DeepseekModel& m, int B) {
   const int64_t V = c.vocab_size;
   SettingRun r;
   std::mt19937 g(23);  // the same prompts for every setting
-  std::uniform_int_distribution<int> tok(2, int(V) - 1);
   PagedKVCache cache = m.make_cache(int64_t(B) * kBlocksPerSeq);
-  std::vector<SeqStep> decode;
-  for (int s = 0; s < B; ++s) {
-    const int len = 17 + (37 * s) % 150;
-    std::vector<int32_t> prompt(static_cast<size_t>(len));
-    for (auto& t : prompt) t = tok(g);
-    std::vector<int32_t> blocks(kBlocksPerSeq);
-    for (int i = 0; i < kBlocksPerSeq; ++i) blocks[size_t(i)] = s * kBlocksPerSeq + i;
-    OwnedBatch ob({SeqStep{prompt, 0, blocks, false}}, kBlockSize);
-    Buffer logits(DType::F32, {1, V});
-    m.forward(ob.batch(), cache, logits);
-    r.prefill_logits.push_back(std::move(logits));
-    for (int pos = 0; pos <= len; ++pos)
-      r.slots.push_back(int64_t(blocks[size_t(pos / kBlockSize)]) * kBlockSize + pos % kBlockSize);
-    decode.push_back(SeqStep{{tok(g)}, len, blocks, false});
-  }
-  OwnedBatch ob(decode, kBlockSize);
+  Batch seqs = prefill(m, cache, B, g);
+  r.prefill_logits = std::move(seqs.prefill_logits);
+  r.slots = std::move(seqs.slots);
+  OwnedBatch ob(seqs.decode, kBlockSize);
   r.eager = Buffer(DType::F32, {B, V});
   m.forward(ob.batch(), cache, r.eager);
   CudaGraphRunner runner(m, {1, 2, 4, 8, 16});
