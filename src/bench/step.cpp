@@ -92,17 +92,12 @@ void run_step_benchmark(const StepOptions& o) {
       copy_gbs, bf16_tflops);
   std::printf("programmatic dependent launch (PDL): %s (OSPREY_PDL=0 turns it off)\n",
               ops::cuda::pdl_enabled() ? "on" : "off");
-  {  // (the setters return the setting, restored at once)
-    const bool tma = ops::cuda::set_fp8_swapab_dense_tma(false);
-    ops::cuda::set_fp8_swapab_dense_tma(tma);
-    const int kg = ops::cuda::set_fp8_swapab_dense_groups(2);
-    ops::cuda::set_fp8_swapab_dense_groups(kg);
-    std::printf(
-        "attention's stream forks: %s (OSPREY_STREAM_FORK=1|0); dense FP8 weight "
-        "tiles by %s, %d k-blocks a stage at <= 16 tokens (OSPREY_FP8_DENSE_TMA, "
-        "OSPREY_FP8_DENSE_KGROUPS)\n",
-        ops::stream_fork_enabled() ? "on" : "off", tma ? "TMA" : "cp.async", kg);
-  }
+  std::printf(
+      "attention's stream forks: %s (OSPREY_STREAM_FORK=1|0); dense FP8 weight tiles by %s, %d "
+      "k-blocks a stage at <= %lld tokens (OSPREY_FP8_DENSE_TMA, OSPREY_FP8_DENSE_KGROUPS)\n",
+      ops::stream_fork_enabled() ? "on" : "off",
+      ops::cuda::fp8_swapab_dense_tma() ? "TMA" : "cp.async", ops::cuda::fp8_swapab_dense_groups(),
+      static_cast<long long>(ops::cuda::kSwapAbDeepStageMaxTokens));
 
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);

@@ -417,7 +417,7 @@ std::vector<int64_t> token_path_thresholds() {
   // dense, single and grouped; MoE decode (moe.cu); the dense stages' 4 k-blocks at 16-token tiles
   // (2 past 16 tokens: other split-K sums)
   std::vector<int64_t> t{fp8_swapab_max_tokens(), fp8_swapab_group_max_tokens(), kSwapAbMaxTokens};
-  if (fp8_swapab_dense_groups() == 4) t.push_back(16);
+  if (fp8_swapab_dense_groups() == 4) t.push_back(kSwapAbDeepStageMaxTokens);
   std::sort(t.begin(), t.end());
   t.erase(std::unique(t.begin(), t.end()), t.end());
   return t;

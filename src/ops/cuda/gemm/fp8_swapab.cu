@@ -819,6 +819,7 @@ void launch(const Params& p, const dim3& grid) {
 
 template <int kG, typename Ty>
 void launch_dense(const Params& p, const dim3& grid, int bn) {
+  static_assert(kSwapAbDeepStageMaxTokens == 16, "4 k-blocks a stage: the 16-token tile");
   if constexpr (kG == 4) {  // 16-token tiles only (launch_fp8_swapab_linears)
     (void)bn;
     launch<16, kDense, 4, Ty>(p, grid);
@@ -961,6 +962,9 @@ int set_fp8_swapab_dense_groups(int groups) {
 int fp8_swapab_dense_groups() {
   return g_dense_groups;
 }
+bool fp8_swapab_dense_tma() {
+  return g_dense_tma;
+}
 bool set_fp8_swapab_dense_tma(bool on) {
   const bool was = g_dense_tma;
   g_dense_tma = on;
@@ -1022,7 +1026,7 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   // tiles of 64 side by side (consecutive items), so their weight reads after the first come from
   // L2.
   const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
-  const int kg = g_dense_groups == 4 && bn > 16 ? 2 : g_dense_groups;  // 4: 16-token tiles only
+  const int kg = g_dense_groups == 4 && n > kSwapAbDeepStageMaxTokens ? 2 : g_dense_groups;
   Params p{};
   // TMA needs 16-byte aligned bases (the rows are: K is a multiple of 128).
   p.weight_tma = g_dense_tma && std::all_of(outs.begin(), outs.end(), [](const DenseLinear& o) {

@@ -51,10 +51,13 @@ bool fp8_swapab_enabled();
 // set_ returns the previous value.
 int set_fp8_swapab_dense_groups(int groups);
 int fp8_swapab_dense_groups();
+// The most tokens a dense launch takes 4 k-blocks a stage for (its 16-token tile).
+constexpr int64_t kSwapAbDeepStageMaxTokens = 16;
 // The dense path's weight tiles by TMA through each linear's map (on, the default) or by the
 // producer's cp.async copies (off); the same bytes in shared memory, the same results bit for bit
 // (OSPREY_FP8_DENSE_TMA=0 for off). Returns the previous setting.
 bool set_fp8_swapab_dense_tma(bool on);
+bool fp8_swapab_dense_tma();
 // The dispatch's token limit (default 32, at most kSwapAbMaxTokens): a benchmark variant.
 void set_fp8_swapab_max_tokens(int64_t n);
 int64_t fp8_swapab_max_tokens();
