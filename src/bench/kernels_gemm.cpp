@@ -205,7 +205,9 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
       };
       std::vector<Buffer> main_y, sab_y, tma_y, g4_y, g4tma_y;
       std::string path, sab_path;
-      const double t = with({false, false, 2, DenseGrid::kWaves, true}, &main_y, &path);
+      // The mainline: every setting at its default (TMA, the stage depth by shape).
+      const double t =
+          with({false, true, ops::cuda::kDenseGroupsAuto, DenseGrid::kWaves, true}, &main_y, &path);
       const double t_sab = with({true, false, 2, DenseGrid::kWaves, true}, &sab_y, &sab_path);
       const double t_tma = with({true, true, 2, DenseGrid::kWaves, true}, &tma_y, nullptr);
       double t_g4 = 0, t_g4tma = 0;
@@ -259,7 +261,7 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
   std::printf(
       "(median of %d after %d warm-up, L2 flushed before each; x BF16 quantised once (included), y "
       "F32; bytes = the weights (e4m3) + scales + x + y; main_us = the mainline call (GB/s and "
-      "%%copy are its), whose path is the last column (past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
+      "%%copy are its: default settings), whose path is the last column (past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
       "default 32, a cuBLASLt GEMM each); the grouped swap-AB launch at every M: sab_us (cp.async "
       "weight tiles, 2 k-blocks a stage, one block an item), tma_us (weight tiles by TMA), g4_us / "
       "g4tma_us (4 k-blocks a stage, M <= 16; 0 elsewhere), pers_us (the persistent grid); each_us "

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "bench/engine_loop.h"
 #include "core/error.h"
@@ -93,10 +94,15 @@ void run_step_benchmark(const StepOptions& o) {
   std::printf("programmatic dependent launch (PDL): %s (OSPREY_PDL=0 turns it off)\n",
               ops::cuda::pdl_enabled() ? "on" : "off");
   std::printf(
-      "attention's stream forks: %s (OSPREY_STREAM_FORK=1|0); dense FP8 weight tiles by %s, %d "
+      "attention's stream forks: %s (OSPREY_STREAM_FORK=1|0); dense FP8 weight tiles by %s, %s "
       "k-blocks a stage at <= %lld tokens (OSPREY_FP8_DENSE_TMA, OSPREY_FP8_DENSE_KGROUPS)\n",
       ops::stream_fork_enabled() ? "on" : "off",
-      ops::cuda::fp8_swapab_dense_tma() ? "TMA" : "cp.async", ops::cuda::fp8_swapab_dense_groups(),
+      ops::cuda::fp8_swapab_dense_tma() ? "TMA" : "cp.async",
+      ops::cuda::fp8_swapab_dense_groups() == ops::cuda::kDenseGroupsAuto
+          ? ("auto (4 where each split keeps >= " +
+             std::to_string(ops::cuda::kDeepStageMinKBlocks) + " k-blocks, else 2)")
+                .c_str()
+          : std::to_string(ops::cuda::fp8_swapab_dense_groups()).c_str(),
       static_cast<long long>(ops::cuda::kSwapAbDeepStageMaxTokens));
 
   std::mt19937 rng(uint32_t(o.seed));

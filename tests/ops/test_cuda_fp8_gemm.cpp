@@ -216,9 +216,46 @@ TEST(CudaOps, DenseStageDepthIsAPathThreshold) {
   EXPECT_TRUE(has16());
   const std::vector<int64_t> th = ops::cuda::token_path_thresholds();
   EXPECT_TRUE(std::is_sorted(th.begin(), th.end()));
+  ops::cuda::set_fp8_swapab_dense_groups(ops::cuda::kDenseGroupsAuto);
+  EXPECT_TRUE(has16());
   ops::cuda::set_fp8_swapab_dense_groups(2);
   EXPECT_FALSE(has16());
   ops::cuda::set_fp8_swapab_dense_groups(was);
+}
+
+// The stage depth under auto, on V3.2's dense launches at one and 16 tokens on a 132-SM card
+// (waves grid): 4 k-blocks a stage where each K split keeps >= kDeepStageMinKBlocks k-blocks,
+// else 2; 2 past 16 tokens whatever the setting except 1; the fixed settings as set. Host only.
+TEST(CudaOps, DenseStageDepthByShape) {
+  using ops::cuda::dense_stage_groups;
+  using ops::cuda::kDenseGroupsAuto;
+  constexpr int64_t kSms = 132;
+  struct Launch {
+    const char* what;
+    int64_t row_blocks, K;
+    int want;
+  };
+  const Launch launches[] = {
+      {"q_b + wq_b (24576 + 8192 rows, K 1536: 12 k-blocks, one split)", 192 + 64, 1536, 2},
+      {"q_a + kv_a + wk (1536 + 576 + 128 rows, K 7168: 7 splits of 8 k-blocks)", 12 + 5 + 1, 7168,
+       2},
+      {"o_proj (7168 rows, K 16384: 2 splits of 64 k-blocks)", 56, 16384, 4},
+      {"dense gate + up (2 x 18432 rows, K 7168: one split of 56)", 288, 7168, 4},
+      {"dense down (7168 rows, K 18432: 2 splits of 72)", 56, 18432, 4},
+      {"shared gate + up (2 x 2048 rows, K 7168: 4 splits of 16)", 32, 7168, 4},
+  };
+  for (const Launch& l : launches) {
+    for (int64_t n : {int64_t(1), int64_t(16)}) {
+      EXPECT_EQ(dense_stage_groups(kDenseGroupsAuto, n, l.row_blocks, l.K, kSms, false), l.want)
+          << l.what << ", " << n << " tokens";
+    }
+    EXPECT_EQ(dense_stage_groups(kDenseGroupsAuto, 17, l.row_blocks, l.K, kSms, false), 2)
+        << l.what;
+    EXPECT_EQ(dense_stage_groups(4, 16, l.row_blocks, l.K, kSms, false), 4) << l.what;
+    EXPECT_EQ(dense_stage_groups(4, 17, l.row_blocks, l.K, kSms, false), 2) << l.what;
+    EXPECT_EQ(dense_stage_groups(2, 1, l.row_blocks, l.K, kSms, false), 2) << l.what;
+    EXPECT_EQ(dense_stage_groups(1, 64, l.row_blocks, l.K, kSms, false), 1) << l.what;
+  }
 }
 
 // The dense path's weight tiles by TMA (each linear's map in the launch's parameters) move the

@@ -415,9 +415,10 @@ void linear(Tensor y, Tensor x, const LinearWeight& w) {
 
 std::vector<int64_t> token_path_thresholds() {
   // dense, single and grouped; MoE decode (moe.cu); the dense stages' 4 k-blocks at 16-token tiles
-  // (2 past 16 tokens: other split-K sums)
+  // (4 or auto; 2 past 16 tokens: other split-K sums)
   std::vector<int64_t> t{fp8_swapab_max_tokens(), fp8_swapab_group_max_tokens(), kSwapAbMaxTokens};
-  if (fp8_swapab_dense_groups() == 4) t.push_back(kSwapAbDeepStageMaxTokens);
+  const int groups = fp8_swapab_dense_groups();
+  if (groups == 4 || groups == kDenseGroupsAuto) t.push_back(kSwapAbDeepStageMaxTokens);
   std::sort(t.begin(), t.end());
   t.erase(std::unique(t.begin(), t.end()), t.end());
   return t;

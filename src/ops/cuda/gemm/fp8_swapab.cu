@@ -668,18 +668,21 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
   if (lane == 0) s[row * ng + g] = sc;
 }
 
-// K-blocks a stage on the dense path: 4 (the default: 512 contiguous bytes of each weight row a
-// stage, 3 stages of 73 KB; 16-token tiles only, wider tiles take 2), or the variants 1 and 2
-// (OSPREY_FP8_DENSE_KGROUPS=1|2|4 for whole runs). With weight tiles by TMA and the attention's
-// stream forks, 4 took the dsv32 B = 1 graph step from 2.262 to 2.231 ms (H100, 2026-12-06, three
-// rounds: bench/RESULTS.md run 18); at B = 16 the rounds were within their spread.
+// K-blocks a stage on the dense path: auto (the default, kDenseGroupsAuto: 4 at 16-token tiles
+// where each split of the launch keeps at least kDeepStageMinKBlocks k-blocks, else 2), or the
+// variants 1, 2 and 4 (4: at every 16-token tile; wider tiles take 2) for whole runs
+// (OSPREY_FP8_DENSE_KGROUPS=auto|1|2|4). With weight tiles by TMA and the attention's stream
+// forks, 4 everywhere took the dsv32 B = 1 graph step from 2.262 to 2.231 ms (H100, 2026-12-06,
+// three rounds: bench/RESULTS.md run 18), but the launches whose splits hold few k-blocks lost
+// (Nsight Compute: q_b + wq_b, K = 1536 in 3 stages of 4, 22.4 → 23.5 us; q_a + kv_a + wk, 8
+// k-blocks a split, 13.3 → 14.1 us): a deep stage only pays where the pipeline runs long enough.
 int g_dense_groups = [] {
   const char* e = std::getenv("OSPREY_FP8_DENSE_KGROUPS");
-  if (!e || !*e) return 4;
+  if (!e || !*e) return kDenseGroupsAuto;
   const std::string v = e;
-  OSPREY_CHECK(v == "1" || v == "2" || v == "4",
-               "OSPREY_FP8_DENSE_KGROUPS must be 1, 2 or 4, not '", v, "'");
-  return std::stoi(v);
+  OSPREY_CHECK(v == "auto" || v == "1" || v == "2" || v == "4",
+               "OSPREY_FP8_DENSE_KGROUPS must be auto, 1, 2 or 4, not '", v, "'");
+  return v == "auto" ? kDenseGroupsAuto : std::stoi(v);
 }();
 // The dense path's weight tiles by TMA (one thread a stage: kG boxes [128 rows × 128 bytes]
 // through each linear's map, encoded on the host and passed in the kernel's parameters) rather than
@@ -834,8 +837,7 @@ void launch_dense(const Params& p, const dim3& grid, int bn) {
 
 // Splits of K for `tiles` blocks of nkb stages each: the fewest waves × (stages a split + the
 // pipeline fill), at most kMaxSplits and at least 2 stages a split.
-int choose_splits(int64_t tiles, int nkb) {
-  const int64_t sms = sm_count();
+int choose_splits(int64_t tiles, int nkb, int64_t sms) {
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= std::min(kMaxSplits, std::max(1, nkb / 2)); ++s) {
@@ -858,8 +860,7 @@ int choose_splits(int64_t tiles, int nkb) {
 // The fewest such stages, fewest splits on ties; at most kMaxSplits and at least 2 stages a split.
 // E.g. V3.2's dense gate + up at one token (288 row blocks, 28 stages): 4 splits, 9 items of 7
 // (+1) on the busiest SM = 72, against 3 waves of 2 splits' 14 (+4 fill) = 54 for gate alone.
-int choose_persistent_splits(int64_t tiles, int nkb) {
-  const int64_t sms = sm_count();
+int choose_persistent_splits(int64_t tiles, int nkb, int64_t sms) {
   int best = 1;
   int64_t best_cost = -1;
   for (int s = 1; s <= std::min(kMaxSplits, std::max(1, nkb / 2)); ++s) {
@@ -874,6 +875,10 @@ int choose_persistent_splits(int64_t tiles, int nkb) {
     }
   }
   return best;
+}
+
+int dense_splits(int64_t tiles, int nsb, int64_t sms, bool persistent) {
+  return persistent ? choose_persistent_splits(tiles, nsb, sms) : choose_splits(tiles, nsb, sms);
 }
 
 // The dense grid (OSPREY_FP8_DENSE_GRID=waves|persistent; waves, the default). The persistent
@@ -922,6 +927,18 @@ CUtensorMap dense_weight_map(const uint8_t* w8, int64_t N, int64_t K) {
 }
 }  // namespace
 
+int dense_stage_groups(int setting, int64_t n, int64_t row_blocks, int64_t K, int64_t sms,
+                       bool persistent) {
+  OSPREY_CHECK(n >= 1 && row_blocks >= 1 && K >= kGroup && K % kGroup == 0 && sms >= 1,
+               "dense_stage_groups: n ", n, ", row blocks ", row_blocks, ", K ", K, ", SMs ", sms);
+  if (n > kSwapAbDeepStageMaxTokens) return setting == 1 ? 1 : 2;
+  if (setting != kDenseGroupsAuto) return setting;
+  const int nkb = int(K / kGroup), nsb = (nkb + 3) / 4;  // k-blocks, stages of 4
+  const int splits = dense_splits(row_blocks, nsb, sms, persistent);  // one 16-token tile
+  const int per = (nsb + splits - 1) / splits;
+  return 4 * per >= kDeepStageMinKBlocks ? 4 : 2;
+}
+
 void set_fp8_swapab(bool allow) {
   g_enabled = allow;
 }
@@ -953,8 +970,8 @@ void set_fp8_swapab_max_tokens(int64_t n) {
   g_max_tokens = n;
 }
 int set_fp8_swapab_dense_groups(int groups) {
-  OSPREY_CHECK(groups == 1 || groups == 2 || groups == 4,
-               "fp8 swap-AB: 1, 2 or 4 k-blocks a stage, not ", groups);
+  OSPREY_CHECK(groups == kDenseGroupsAuto || groups == 1 || groups == 2 || groups == 4,
+               "fp8 swap-AB: auto (0), 1, 2 or 4 k-blocks a stage, not ", groups);
   const int was = g_dense_groups;
   g_dense_groups = groups;
   return was;
@@ -1026,7 +1043,7 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   // tiles of 64 side by side (consecutive items), so their weight reads after the first come from
   // L2.
   const int bn = n <= 16 ? 16 : n <= 32 ? 32 : 64;
-  const int kg = g_dense_groups == 4 && n > kSwapAbDeepStageMaxTokens ? 2 : g_dense_groups;
+  const bool persistent = g_dense_grid == DenseGrid::kPersistent;
   Params p{};
   // TMA needs 16-byte aligned bases (the rows are: K is a multiple of 128).
   p.weight_tma = g_dense_tma && std::all_of(outs.begin(), outs.end(), [](const DenseLinear& o) {
@@ -1046,9 +1063,9 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   }
   const int64_t ttiles = (n + bn - 1) / bn, tiles = rbs * ttiles;
   OSPREY_CHECK(tiles * kMaxSplits < (int64_t(1) << 31), "fp8_swapab_linear: ", tiles, " tiles");
+  const int kg = dense_stage_groups(g_dense_groups, n, rbs, K, sm_count(), persistent);
   const int nsb = int((K / kGroup + kg - 1) / kg);  // stages of K
-  const bool persistent = g_dense_grid == DenseGrid::kPersistent;
-  const int splits = persistent ? choose_persistent_splits(tiles, nsb) : choose_splits(tiles, nsb);
+  const int splits = dense_splits(tiles, nsb, sm_count(), persistent);
   p.n_segs = int(outs.size());
   p.ttiles = int(ttiles);
   p.rbs = int(rbs);

@@ -45,12 +45,23 @@ void set_fp8_swapab_group_max_tokens(int64_t n);
 int64_t fp8_swapab_group_max_tokens();
 // Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
 bool fp8_swapab_enabled();
-// The dense path's k-blocks a pipeline stage: 4, the default, applies to launches of at most 16
-// tokens (wider ones take 2: its split-K sums differ, so 16 is one of token_path_thresholds); 1 and
-// 2 are variants the benchmark compares (bench kernels --op gemm; OSPREY_FP8_DENSE_KGROUPS).
-// set_ returns the previous value.
+// The dense path's k-blocks a pipeline stage: kDenseGroupsAuto, the default (dense_stage_groups:
+// 4 or 2 by the launch's shape at 16-token tiles, 2 past 16 tokens), or the variants 1, 2 and 4
+// (4 at every 16-token tile) that the benchmark compares (bench kernels --op gemm;
+// OSPREY_FP8_DENSE_KGROUPS=auto|1|2|4). The split-K sums differ between depths, so 16 is one of
+// token_path_thresholds under auto and 4. set_ returns the previous value.
+constexpr int kDenseGroupsAuto = 0;
 int set_fp8_swapab_dense_groups(int groups);
 int fp8_swapab_dense_groups();
+// Under auto, a 16-token launch takes 4 k-blocks a stage when each of its K splits keeps at least
+// this many k-blocks (4 stages of 4): in shorter runs a stage of 64 KB per 128 rows leaves too
+// little to overlap (the first stage's wait and the last stage's MMAs are a larger share).
+constexpr int kDeepStageMinKBlocks = 16;
+// The k-blocks a stage of a dense launch of n tokens over `row_blocks` 128-row blocks of weights
+// (summed over its linears) and K columns takes on `sms` SMs (the waves or persistent grid's split
+// choice), under `setting` (kDenseGroupsAuto, 1, 2 or 4). Host only.
+int dense_stage_groups(int setting, int64_t n, int64_t row_blocks, int64_t K, int64_t sms,
+                       bool persistent);
 // The most tokens a dense launch takes 4 k-blocks a stage for (its 16-token tile).
 constexpr int64_t kSwapAbDeepStageMaxTokens = 16;
 // The dense path's weight tiles by TMA through each linear's map (on, the default) or by the
