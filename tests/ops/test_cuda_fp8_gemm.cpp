@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "config/v32_projections.h"
@@ -349,6 +350,42 @@ TEST(CudaOps, LinearsOfOneInputPastTheSingleLimit) {
     EXPECT_STRNE(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "a linear alone, n " << n;
   }
   ops::cuda::set_fp8_swapab_group_max_tokens(was);
+}
+
+// The wide limit (OSPREY_FP8_SWAPAB_WIDE_MAX_MB): past the grouped token limit, up to 64 tokens,
+// linears whose weights are each at most the limit take the grouped swap-AB launch (one 64-token
+// tile) and match the CPU twin; a linear over the limit in the group sends the group to cuBLASLt;
+// 64 becomes a path threshold.
+TEST(CudaOps, SmallLinearsPastTheGroupLimitWithTheWideLimit) {
+  OSPREY_REQUIRE_GPU();
+  ops::cuda::set_fp8_swapab(true);
+  const int64_t was = ops::cuda::fp8_swapab_wide_max_bytes();
+  ops::cuda::set_fp8_swapab_wide_max_bytes(int64_t(48) << 20);
+  const std::vector<int64_t> th = ops::cuda::token_path_thresholds();
+  EXPECT_NE(std::find(th.begin(), th.end(), int64_t(64)), th.end());
+  // 11 MB and 4 MB: under the limit; 8192 x 7168 = 56 MB: over it
+  const Fp8Weight qa = random_fp8(1536, 7168), kva = random_fp8(576, 7168),
+                  big = random_fp8(8192, 7168);
+  const LinearWeight dqa = qa.dev(), dkva = kva.dev(), dbig = big.dev();
+  for (int64_t n : {int64_t(33), int64_t(48), int64_t(64)}) {
+    Buffer xh = rand_f32({n, 7168}, -2.0f, 2.0f);
+    DeviceBuffer x = upload(xh);
+    DeviceBuffer y1 = poisoned(DType::F32, {n, 1536}), y2 = poisoned(DType::BF16, {n, 576});
+    ops::linears(x, {{y1, &dqa}, {y2, &dkva}});
+    EXPECT_STREQ(ops::cuda::last_fp8_gemm_path(), "swapab-fp8") << "n " << n;
+    for (const auto& [w, y, tol] :
+         {std::tuple{&qa, &y1, kTolF32}, std::tuple{&kva, &y2, kTolBf16}}) {
+      Buffer ref(DType::F32, {n, w->w.view().size(0)});
+      ops::cpu::linear_w8a8(ref, xh, w->host());
+      expect_close(strf("small linears past the group limit, n %lld", static_cast<long long>(n)),
+                   download(*y), ref, tol);
+    }
+    DeviceBuffer y3 = poisoned(DType::F32, {n, 8192});
+    ops::linears(x, {{y1, &dqa}, {y3, &dbig}});
+    EXPECT_STRNE(ops::cuda::last_fp8_gemm_path(), "swapab-fp8")
+        << "a weight over the limit, n " << n;
+  }
+  ops::cuda::set_fp8_swapab_wide_max_bytes(was);
 }
 
 // x quantised by its producer (ops::rms_norm_multi writing an Fp8Act, as the model's norms do on

@@ -417,6 +417,7 @@ std::vector<int64_t> token_path_thresholds() {
   // dense, single and grouped; MoE decode (moe.cu); the dense stages' 4 k-blocks at 16-token tiles
   // (4 or auto; 2 past 16 tokens: other split-K sums)
   std::vector<int64_t> t{fp8_swapab_max_tokens(), fp8_swapab_group_max_tokens(), kSwapAbMaxTokens};
+  if (fp8_swapab_wide_max_bytes() > 0) t.push_back(kSwapAbWideMaxTokens);
   const int groups = fp8_swapab_dense_groups();
   if (groups == 4 || groups == kDenseGroupsAuto) t.push_back(kSwapAbDeepStageMaxTokens);
   std::sort(t.begin(), t.end());

@@ -724,6 +724,28 @@ int64_t group_max_tokens() {
   return std::max(g_group_max_tokens, max_tokens());
 }
 
+// Past the grouped limit, up to kSwapAbWideMaxTokens, a linear of at most this many weight bytes
+// still takes the grouped launch (one 64-token tile): the small matrices of a decode step
+// (q_a + kv_a + wk, q_b + wq_b, the shared expert's gate + up) pay a cuBLASLt GEMM's fixed latency
+// each, where one grouped launch streams them together. 0 (the default): off.
+// OSPREY_FP8_SWAPAB_WIDE_MAX_MB=N for A/B runs.
+int64_t g_wide_max_bytes = -1;  // -1: not read yet
+int64_t wide_max_bytes() {
+  if (g_wide_max_bytes < 0) {
+    const char* e = std::getenv("OSPREY_FP8_SWAPAB_WIDE_MAX_MB");
+    int64_t mb = 0;
+    if (e && *e) {
+      char* end = nullptr;
+      const long long x = std::strtoll(e, &end, 10);
+      OSPREY_CHECK(*end == 0 && x >= 0 && x <= 4096,
+                   "OSPREY_FP8_SWAPAB_WIDE_MAX_MB must be an integer in 0..4096, not '", e, "'");
+      mb = x;
+    }
+    g_wide_max_bytes = mb << 20;
+  }
+  return g_wide_max_bytes;
+}
+
 bool g_enabled = [] {
   const char* e = std::getenv("OSPREY_FP8_SWAPAB");
   return !(e && e[0] == '0');
@@ -1007,8 +1029,16 @@ bool fp8_swapab_serves(int64_t n, int64_t N, int64_t K) {
          K % kGroup == 0 && K > 0;
 }
 bool fp8_swapab_group_serves(int64_t n, int64_t N, int64_t K) {
-  return g_enabled && device_is_sm90() && n >= 1 && n <= group_max_tokens() && N >= 1 &&
+  const bool wide = n <= kSwapAbWideMaxTokens && N * K <= wide_max_bytes();
+  return g_enabled && device_is_sm90() && n >= 1 && (n <= group_max_tokens() || wide) && N >= 1 &&
          K % kGroup == 0 && K > 0;
+}
+void set_fp8_swapab_wide_max_bytes(int64_t bytes) {
+  OSPREY_CHECK(bytes >= 0, "fp8 swap-AB: wide limit ", bytes, " bytes");
+  g_wide_max_bytes = bytes;
+}
+int64_t fp8_swapab_wide_max_bytes() {
+  return wide_max_bytes();
 }
 
 void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, int64_t n,
