@@ -410,51 +410,61 @@ TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
   const Case cases[] = {{7168, {128, 1536, 576}, "x: wk, q_a_proj, kv_a_proj"},
                         {1536, {24576, 8192}, "q_lat: q_b_proj, wq_b"},
                         {7168, {18432, 18432}, "x: dense gate, up"}};
-  for (const Case& k : cases) {
-    std::vector<Fp8Weight> ws;
-    for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
-    Buffer wn = rand_f32({k.in}, 0.5f, 1.5f);
-    DeviceBuffer dwn = upload(wn);
-    for (int64_t n : {int64_t(4), int64_t(64), int64_t(37)}) {
-      const ops::Fp8ActShape picked = ops::fp8_act_shape(Device::CUDA, n, k.in);
-      ASSERT_EQ(picked.layout, n <= 32 ? ops::Fp8Layout::Rows : ops::Fp8Layout::Cols)
-          << k.what << " n " << n;
-      DeviceBuffer x = upload(rand_f32({n, k.in}, -3.0f, 3.0f));
-      for (ops::Fp8Layout layout : {ops::Fp8Layout::Rows, ops::Fp8Layout::Cols}) {
-        SCOPED_TRACE(strf("%s n=%lld %s", k.what, static_cast<long long>(n),
-                          layout == ops::Fp8Layout::Rows ? "Rows" : "Cols"));
-        const int64_t rows = layout == ops::Fp8Layout::Rows ? n : (n + 15) / 16 * 16;
-        DeviceBuffer xn = poisoned(DType::F32, {n, k.in}), q = poisoned(DType::U8, {rows, k.in});
-        DeviceBuffer xb = poisoned(DType::BF16, {n, k.in});
-        DeviceBuffer sc = layout == ops::Fp8Layout::Rows ? poisoned(DType::F32, {n, k.in / 128})
-                                                         : poisoned(DType::F32, {k.in / 128, rows});
-        const ops::Fp8Act xq{q, sc, layout};
-        ops::rms_norm_multi({xn, xb, xq}, x, dwn, 1e-6f);
-        std::vector<DeviceBuffer> a, b;
-        for (const Fp8Weight& w : ws) {
-          a.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
-          b.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
-        }
-        std::vector<LinearWeight> lw;
-        for (const Fp8Weight& w : ws) lw.push_back(w.dev());
-        if (ws.size() == 3) {
-          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}, {a[2], &lw[2]}}, xb);
-          ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}, {b[2], &lw[2]}});
-        } else {
-          ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}}, xb);
-          ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}});
-        }
-        const char* path = ops::cuda::last_fp8_gemm_path();
-        EXPECT_STREQ(path, n <= 32 ? "swapab-fp8" : "cublasLt-fp8-blockscaled");
-        for (size_t i = 0; i < ws.size(); ++i) {
-          const Buffer ga = download(a[i]), gb = download(b[i]);
-          const int64_t out = ws[i].w.view().size(0);
-          EXPECT_EQ(std::memcmp(ga.f32(), gb.f32(), size_t(n * out) * 4), 0) << "out " << out;
-          EXPECT_LT(rel_l2(ga, gb), 1e-30);  // and finite (rel_l2 is infinite on a NaN)
+  // (then again with the wide limit at 48 MB: past 32 tokens the groups of small weights take the
+  // swap-AB launch, reading a Cols quantisation's scales in place)
+  const int64_t was_wide = ops::cuda::fp8_swapab_wide_max_bytes();
+  for (const int64_t wide : {int64_t(0), int64_t(48) << 20})
+    for (const Case& k : cases) {
+      ops::cuda::set_fp8_swapab_wide_max_bytes(wide);
+      bool small = true;
+      for (int64_t o : k.outs) small = small && o * k.in <= wide;
+      std::vector<Fp8Weight> ws;
+      for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
+      Buffer wn = rand_f32({k.in}, 0.5f, 1.5f);
+      DeviceBuffer dwn = upload(wn);
+      for (int64_t n : {int64_t(4), int64_t(64), int64_t(37)}) {
+        const ops::Fp8ActShape picked = ops::fp8_act_shape(Device::CUDA, n, k.in);
+        ASSERT_EQ(picked.layout, n <= 32 ? ops::Fp8Layout::Rows : ops::Fp8Layout::Cols)
+            << k.what << " n " << n;
+        DeviceBuffer x = upload(rand_f32({n, k.in}, -3.0f, 3.0f));
+        for (ops::Fp8Layout layout : {ops::Fp8Layout::Rows, ops::Fp8Layout::Cols}) {
+          SCOPED_TRACE(strf("%s n=%lld %s, wide limit %lld MB", k.what, static_cast<long long>(n),
+                            layout == ops::Fp8Layout::Rows ? "Rows" : "Cols",
+                            static_cast<long long>(wide >> 20)));
+          const int64_t rows = layout == ops::Fp8Layout::Rows ? n : (n + 15) / 16 * 16;
+          DeviceBuffer xn = poisoned(DType::F32, {n, k.in}), q = poisoned(DType::U8, {rows, k.in});
+          DeviceBuffer xb = poisoned(DType::BF16, {n, k.in});
+          DeviceBuffer sc = layout == ops::Fp8Layout::Rows
+                                ? poisoned(DType::F32, {n, k.in / 128})
+                                : poisoned(DType::F32, {k.in / 128, rows});
+          const ops::Fp8Act xq{q, sc, layout};
+          ops::rms_norm_multi({xn, xb, xq}, x, dwn, 1e-6f);
+          std::vector<DeviceBuffer> a, b;
+          for (const Fp8Weight& w : ws) {
+            a.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
+            b.push_back(poisoned(DType::F32, {n, w.w.view().size(0)}));
+          }
+          std::vector<LinearWeight> lw;
+          for (const Fp8Weight& w : ws) lw.push_back(w.dev());
+          if (ws.size() == 3) {
+            ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}, {a[2], &lw[2]}}, xb);
+            ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}, {b[2], &lw[2]}});
+          } else {
+            ops::linears(xn, xq, {{a[0], &lw[0]}, {a[1], &lw[1]}}, xb);
+            ops::linears(xn, {{b[0], &lw[0]}, {b[1], &lw[1]}});
+          }
+          const char* path = ops::cuda::last_fp8_gemm_path();
+          EXPECT_STREQ(path, n <= 32 || small ? "swapab-fp8" : "cublasLt-fp8-blockscaled");
+          for (size_t i = 0; i < ws.size(); ++i) {
+            const Buffer ga = download(a[i]), gb = download(b[i]);
+            const int64_t out = ws[i].w.view().size(0);
+            EXPECT_EQ(std::memcmp(ga.f32(), gb.f32(), size_t(n * out) * 4), 0) << "out " << out;
+            EXPECT_LT(rel_l2(ga, gb), 1e-30);  // and finite (rel_l2 is infinite on a NaN)
+          }
         }
       }
     }
-  }
+  ops::cuda::set_fp8_swapab_wide_max_bytes(was_wide);
 }
 
 // ---- routed experts, decode path ---------------------------------------------------------------

@@ -354,11 +354,12 @@ void linear_impl(Tensor y, Tensor x, const Fp8Act* xq, Tensor xb, const LinearWe
 
 void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearOut> outs) {
   // Every weight FP8 and served by the swap-AB kernel: one quantisation of x (the producer's, xq
-  // in rows layout, or one made here: it depends on x alone, the same x8 and scales as each
-  // linear's own) and the linears in one launch (launch_fp8_swapab_linears: their row blocks on
-  // one grid), a launch for each output dtype. Else a linear() each, a producer-made
-  // quantisation serving every linear whose path reads its layout. The x8 made here lives in
-  // kScratchGemmX, which the swap-AB launches only read.
+  // in either layout — Cols past the token limits, under the wide limit: its scales read by
+  // stride — or one made here: it depends on x alone, the same x8 and scales as each linear's own)
+  // and the linears in one launch (launch_fp8_swapab_linears: their row blocks on one grid), a
+  // launch for each output dtype. Else a linear() each, a producer-made quantisation serving every
+  // linear whose path reads its layout. The x8 made here lives in kScratchGemmX, which the swap-AB
+  // launches only read.
   check_device(x, "linears", "x");
   if (xq && xq->empty()) xq = nullptr;
   const int64_t in = x.size(-1);
@@ -382,9 +383,11 @@ void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearO
     check_fp8_scales(w);
   }
   QuantizedX x8{};
-  if (xq && xq->layout == Fp8Layout::Rows) {  // (a Cols one is not this path's: x quantised here)
-    fp8_act_rows(*xq, n, in, "linears");
+  int64_t xs_cols = 0;  // the Cols layout's scale rows (past the token limits, the wide limit's)
+  if (xq) {
+    const int64_t rows = fp8_act_rows(*xq, n, in, "linears");
     x8 = QuantizedX{xq->q.ptr<uint8_t>(), xq->s.f32()};
+    if (xq->layout == Fp8Layout::Cols) xs_cols = rows;
   } else {
     x8 = quantize_for_swapab(x, n, in);
   }
@@ -395,7 +398,7 @@ void linears_impl(Tensor x, const Fp8Act* xq, Tensor xb, std::span<const LinearO
       const LinearWeight& w = *o.w;
       group.push_back(DenseLinear{o.y.data, w.weight.ptr<uint8_t>(), w.scale_inv.f32(), w.out()});
     }
-    if (!group.empty()) launch_fp8_swapab_linears(group, t, x8.q, x8.s, n, in);
+    if (!group.empty()) launch_fp8_swapab_linears(group, t, x8.q, x8.s, n, in, xs_cols);
   }
   g_last_path = "swapab-fp8";
 }

@@ -141,7 +141,8 @@ struct Params {
   const int32_t* perm;           // kGateUp: sorted row → t·top_k + slot
   int top_k;
   const uint8_t* x8;  // [n_x, K]
-  const float* xs;    // [n_x, K/128]
+  const float* xs;    // [n_x, K/128] (xs_tok = K/128, xs_grp = 1), or kDense's [K/128, n_pad]
+  int64_t xs_tok, xs_grp;  // strides of xs between tokens and between groups
   int64_t n;          // kDense: tokens
   int64_t N, K;       // N: MoE modes (kDense: per linear, DenseSeg::N)
   void* y;            // kDense [n, N] F32/BF16; kDown [rows, N] F32
@@ -398,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) fp8_swapab_kernel(const __grid_co
         if (tid < kG * BN) {
           const int kbs = sb * kG + sa_g;
           const bool ok = sa_valid && kbs < nkb;
-          hw::cp_async_4(st + L::kSaOff + tid * 4, p.xs + (ok ? sa_row * nkb + kbs : 0),
-                         ok ? 4u : 0u);
+          hw::cp_async_4(st + L::kSaOff + tid * 4,
+                         p.xs + (ok ? sa_row * p.xs_tok + kbs * p.xs_grp : 0), ok ? 4u : 0u);
         }
         if (sw_i >= 0 && sw_i < kNW * kG) {
           const int kbs = sb * kG + sw_g;
@@ -1056,17 +1057,19 @@ void launch_quantize_rows(uint8_t* x8, float* s, const void* x, DType x_type, in
 }
 
 void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, const uint8_t* x8,
-                               const float* xs, int64_t n, int64_t K) {
-  OSPREY_CHECK(
-      K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && is_f32_or_bf16(y_type) && !outs.empty(),
-      "fp8_swapab_linear: n ", n, ", K ", K, ", ", outs.size(), " linears");
+                               const float* xs, int64_t n, int64_t K, int64_t xs_cols) {
+  OSPREY_CHECK(K % kGroup == 0 && n >= 1 && n <= kSwapAbMaxTokens && is_f32_or_bf16(y_type) &&
+                   !outs.empty() && (xs_cols == 0 || xs_cols >= n),
+               "fp8_swapab_linear: n ", n, ", K ", K, ", ", outs.size(), " linears, xs_cols ",
+               xs_cols);
   if (!g_dense_group && outs.size() > 1) {
-    for (const DenseLinear& o : outs) launch_fp8_swapab_linears({&o, 1}, y_type, x8, xs, n, K);
+    for (const DenseLinear& o : outs)
+      launch_fp8_swapab_linears({&o, 1}, y_type, x8, xs, n, K, xs_cols);
     return;
   }
   if (outs.size() > size_t(kMaxDenseSegs)) {  // launches of kMaxDenseSegs linears
-    launch_fp8_swapab_linears(outs.first(kMaxDenseSegs), y_type, x8, xs, n, K);
-    launch_fp8_swapab_linears(outs.subspan(kMaxDenseSegs), y_type, x8, xs, n, K);
+    launch_fp8_swapab_linears(outs.first(kMaxDenseSegs), y_type, x8, xs, n, K, xs_cols);
+    launch_fp8_swapab_linears(outs.subspan(kMaxDenseSegs), y_type, x8, xs, n, K, xs_cols);
     return;
   }
   // One token tile of 16, 32 or 64 (the weights stream from DRAM once); past 64, a bench variant,
@@ -1102,6 +1105,8 @@ void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, 
   p.n_items = int(tiles * splits);
   p.x8 = x8;
   p.xs = xs;
+  p.xs_tok = xs_cols > 0 ? 1 : K / kGroup;
+  p.xs_grp = xs_cols > 0 ? xs_cols : 1;
   p.n = n;
   p.K = K;
   p.splits = splits;
@@ -1162,6 +1167,8 @@ Params moe_params(const MoeTile* tiles, const MoeExpertPtrs* experts, const uint
   p.tiles = tiles;
   p.x8 = x8;
   p.xs = xs;
+  p.xs_tok = K / kGroup;
+  p.xs_grp = 1;
   p.N = N;
   p.K = K;
   p.splits = 1;

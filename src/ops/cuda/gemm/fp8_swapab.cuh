@@ -95,8 +95,10 @@ struct DenseLinear {
 // Several linears of one x (x8 [n, K], xs [n, K/128]; every y of y_type) in one launch (up to 4;
 // more go in launches of 4): their row blocks laid end to end, one grid. The same per-item
 // arithmetic as a launch each, whose split-K choice may differ (set_fp8_swapab_dense_group).
+// xs_cols > 0: xs is instead the Cols layout's [K/128, xs_cols] (ops/fp8_act.h; xs_cols = n_pad
+// ≥ n, x8's rows past n unread), read in place.
 void launch_fp8_swapab_linears(std::span<const DenseLinear> outs, DType y_type, const uint8_t* x8,
-                               const float* xs, int64_t n, int64_t K);
+                               const float* xs, int64_t n, int64_t K, int64_t xs_cols = 0);
 // The dense grid: kWaves (the default: one block an item, the waves' split choice) or persistent
 // (a variant, measured no faster: min(items, SMs) blocks walking the items by static strides,
 // splits chosen for the busiest block); OSPREY_FP8_DENSE_GRID=waves|persistent. Returns the
