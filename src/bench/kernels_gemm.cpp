@@ -122,6 +122,8 @@ void run_gemm(const KernelOptions& o, double copy_gbs, double fp8_tf) {
 // the persistent grid, and a launch each. V3.2's groups, and its single decode linears (o_proj,
 // the dense and shared down).
 void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
+  const bool def_tma = ops::cuda::fp8_swapab_dense_tma();
+  const int def_groups = ops::cuda::fp8_swapab_dense_groups();
   struct Group {
     const char* what;
     int64_t in;
@@ -140,9 +142,9 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
     for (int64_t m : o.ms)
       if (m <= 64) ms.push_back(m);
   }
-  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %9s %9s %9s %10s %s\n", "linears of one x",
-              "M", "K", "main_us", "GB/s", "%copy", "sab_us", "tma_us", "g4_us", "g4tma_us",
-              "pers_us", "each_us", "rel_diff", "main path");
+  std::printf("\n%-15s %4s %6s %9s %7s %6s %9s %9s %9s %9s %9s %9s %9s %10s %s\n",
+              "linears of one x", "M", "K", "main_us", "GB/s", "%copy", "sab_us", "tma_us", "g4_us",
+              "g4tma_us", "auto_us", "pers_us", "each_us", "rel_diff", "main path");
   uint64_t seed = o.seed * 3000;
   for (const Group& g : groups) {
     std::vector<DevFp8> ws;
@@ -203,17 +205,18 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
         ops::cuda::set_fp8_swapab_dense_group(was_group);
         return us;
       };
-      std::vector<Buffer> main_y, sab_y, tma_y, g4_y, g4tma_y;
+      std::vector<Buffer> main_y, sab_y, tma_y, g4_y, g4tma_y, auto_y;
       std::string path, sab_path;
-      // The mainline: every setting at its default (TMA, the stage depth by shape).
-      const double t =
-          with({false, true, ops::cuda::kDenseGroupsAuto, DenseGrid::kWaves, true}, &main_y, &path);
+      // The mainline: every setting at its default (as the environment set it).
+      const double t = with({false, def_tma, def_groups, DenseGrid::kWaves, true}, &main_y, &path);
       const double t_sab = with({true, false, 2, DenseGrid::kWaves, true}, &sab_y, &sab_path);
       const double t_tma = with({true, true, 2, DenseGrid::kWaves, true}, &tma_y, nullptr);
-      double t_g4 = 0, t_g4tma = 0;
+      double t_g4 = 0, t_g4tma = 0, t_auto = 0;
       if (m <= 16) {
         t_g4 = with({true, false, 4, DenseGrid::kWaves, true}, &g4_y, nullptr);
         t_g4tma = with({true, true, 4, DenseGrid::kWaves, true}, &g4tma_y, nullptr);
+        t_auto = with({true, true, ops::cuda::kDenseGroupsAuto, DenseGrid::kWaves, true}, &auto_y,
+                      nullptr);
       }
       const double t_pers = with({true, false, 2, DenseGrid::kPersistent, true}, nullptr, nullptr);
       const double t_each = with({false, false, 2, DenseGrid::kWaves, false}, nullptr, nullptr);
@@ -247,26 +250,34 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
         if (m <= 16) {
           const double d4 = rel(g4_y[i], sab_y[i]);
           OSPREY_CHECK(d4 <= 1e-5, g.what, " M ", m, ": 4 k-blocks a stage differ (", d4, ")");
-          diff = std::max(diff, d4);
+          const double da = rel(auto_y[i], sab_y[i]);
+          OSPREY_CHECK(da <= 1e-5, g.what, " M ", m, ": the stage depth by shape differs (", da,
+                       ")");
+          diff = std::max(diff, std::max(d4, da));
         }
       }
       const double gbs = bytes / (t * 1e-6) / 1e9;
       std::printf(
-          "%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10.2e %s\n",
+          "%-15s %4lld %6lld %9.1f %7.0f %5.1f%% %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10.2e "
+          "%s\n",
           g.what, static_cast<long long>(m), static_cast<long long>(g.in), t, gbs,
-          100 * gbs / copy_gbs, t_sab, t_tma, t_g4, t_g4tma, t_pers, t_each, diff, path.c_str());
+          100 * gbs / copy_gbs, t_sab, t_tma, t_g4, t_g4tma, t_auto, t_pers, t_each, diff,
+          path.c_str());
       std::fflush(stdout);
     }
   }
   std::printf(
       "(median of %d after %d warm-up, L2 flushed before each; x BF16 quantised once (included), y "
       "F32; bytes = the weights (e4m3) + scales + x + y; main_us = the mainline call (GB/s and "
-      "%%copy are its: default settings), whose path is the last column (past OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
+      "%%copy are its: default settings), whose path is the last column (past "
+      "OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
       "default 32, a cuBLASLt GEMM each); the grouped swap-AB launch at every M: sab_us (cp.async "
       "weight tiles, 2 k-blocks a stage, one block an item), tma_us (weight tiles by TMA), g4_us / "
-      "g4tma_us (4 k-blocks a stage, M <= 16; 0 elsewhere), pers_us (the persistent grid); each_us "
-      "= the mainline with a launch a linear; rel_diff = the largest of mainline vs sab and g4 vs "
-      "sab (TMA checked equal bit for bit))\n",
+      "g4tma_us (4 k-blocks a stage, M <= 16; 0 elsewhere), auto_us (TMA, the stage depth by the "
+      "launch's shape: OSPREY_FP8_DENSE_KGROUPS=auto; M <= 16), pers_us (the persistent grid); "
+      "each_us "
+      "= the mainline with a launch a linear; rel_diff = the largest of mainline vs sab and g4 and "
+      "auto vs sab (TMA checked equal bit for bit))\n",
       o.iters, o.warmup);
 }
 

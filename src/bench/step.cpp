@@ -104,6 +104,14 @@ void run_step_benchmark(const StepOptions& o) {
                 .c_str()
           : std::to_string(ops::cuda::fp8_swapab_dense_groups()).c_str(),
       static_cast<long long>(ops::cuda::kSwapAbDeepStageMaxTokens));
+  std::printf(
+      "dense FP8 swap-AB token limits: %lld a linear, %lld a group of one input; up to %lld for "
+      "linears of <= %lld MB (OSPREY_FP8_SWAPAB_MAX_TOKENS, _GROUP_MAX_TOKENS, _WIDE_MAX_MB; 0: "
+      "off)\n",
+      static_cast<long long>(ops::cuda::fp8_swapab_max_tokens()),
+      static_cast<long long>(ops::cuda::fp8_swapab_group_max_tokens()),
+      static_cast<long long>(ops::cuda::kSwapAbWideMaxTokens),
+      static_cast<long long>(ops::cuda::fp8_swapab_wide_max_bytes() >> 20));
 
   std::mt19937 rng(uint32_t(o.seed));
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);

@@ -669,17 +669,18 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ q, float* __restrict_
   if (lane == 0) s[row * ng + g] = sc;
 }
 
-// K-blocks a stage on the dense path: auto (the default, kDenseGroupsAuto: 4 at 16-token tiles
-// where each split of the launch keeps at least kDeepStageMinKBlocks k-blocks, else 2), or the
-// variants 1, 2 and 4 (4: at every 16-token tile; wider tiles take 2) for whole runs
+// K-blocks a stage on the dense path: 4 (the default: 4 at every 16-token tile; wider tiles take
+// 2), or the variants 1, 2 and auto (kDenseGroupsAuto: 4 at 16-token tiles only where each split of
+// the launch keeps at least kDeepStageMinKBlocks k-blocks, else 2) for whole runs
 // (OSPREY_FP8_DENSE_KGROUPS=auto|1|2|4). With weight tiles by TMA and the attention's stream
-// forks, 4 everywhere took the dsv32 B = 1 graph step from 2.262 to 2.231 ms (H100, 2026-12-06,
-// three rounds: bench/RESULTS.md run 18), but the launches whose splits hold few k-blocks lost
-// (Nsight Compute: q_b + wq_b, K = 1536 in 3 stages of 4, 22.4 → 23.5 us; q_a + kv_a + wk, 8
-// k-blocks a split, 13.3 → 14.1 us): a deep stage only pays where the pipeline runs long enough.
+// forks, 4 took the dsv32 B = 1 graph step from 2.262 to 2.231 ms (H100, 2026-12-06, three
+// rounds: bench/RESULTS.md run 18), but the launches whose splits hold few k-blocks lost (Nsight
+// Compute: q_b + wq_b, K = 1536 in 3 stages of 4, 22.4 → 23.5 us; q_a + kv_a + wk, 8 k-blocks a
+// split, 13.3 → 14.1 us). auto gives those two launches 2 and the others 4; it has not run on a
+// GPU yet (no device could be started on 2026-12-07), so it stays a variant until measured.
 int g_dense_groups = [] {
   const char* e = std::getenv("OSPREY_FP8_DENSE_KGROUPS");
-  if (!e || !*e) return kDenseGroupsAuto;
+  if (!e || !*e) return 4;
   const std::string v = e;
   OSPREY_CHECK(v == "auto" || v == "1" || v == "2" || v == "4",
                "OSPREY_FP8_DENSE_KGROUPS must be auto, 1, 2 or 4, not '", v, "'");

@@ -52,9 +52,9 @@ void set_fp8_swapab_wide_max_bytes(int64_t bytes);
 int64_t fp8_swapab_wide_max_bytes();
 // Whether the swap-AB paths (dense and MoE) are on (ops/gemm.h set_fp8_swapab).
 bool fp8_swapab_enabled();
-// The dense path's k-blocks a pipeline stage: kDenseGroupsAuto, the default (dense_stage_groups:
-// 4 or 2 by the launch's shape at 16-token tiles, 2 past 16 tokens), or the variants 1, 2 and 4
-// (4 at every 16-token tile) that the benchmark compares (bench kernels --op gemm;
+// The dense path's k-blocks a pipeline stage: 4, the default (4 at every 16-token tile, 2 past 16
+// tokens), or the variants 1, 2 and kDenseGroupsAuto (dense_stage_groups: 4 or 2 by the launch's
+// shape at 16-token tiles, 2 past 16 tokens) that the benchmark compares (bench kernels --op gemm;
 // OSPREY_FP8_DENSE_KGROUPS=auto|1|2|4). The split-K sums differ between depths, so 16 is one of
 // token_path_thresholds under auto and 4. set_ returns the previous value.
 constexpr int kDenseGroupsAuto = 0;
