@@ -8,7 +8,13 @@
 # Step variants: new and new_b (the defaults), old (OSPREY_FP8_DENSE_GRID=waves
 # OSPREY_FP8_DENSE_GROUP=0: one block an item, a launch a linear), waves
 # (OSPREY_FP8_DENSE_GRID=waves), nogroup (OSPREY_FP8_DENSE_GROUP=0), group64 and group64_b
-# (OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64). STEP_BATCH (env): bench step's --batch (1,16,64).
+# (OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64), auto and auto_b (OSPREY_FP8_DENSE_KGROUPS=auto: the stage
+# depth by the launch's shape), kg4 (OSPREY_FP8_DENSE_KGROUPS=4, the default spelt out), wide48 and
+# wide48_b (OSPREY_FP8_SWAPAB_WIDE_MAX_MB=48: the grouped launch for small linears up to 64
+# tokens). STEP_BATCH (env): bench step's --batch (1,16,64). E.g. the two eighteenth-session
+# variants against the default, alternated:
+#   STEPS="new auto new_b auto_b" STEP_BATCH=1,16 NCU=0 ...; STEPS="new wide48 new_b wide48_b"
+#   STEP_BATCH=56,64 NCU=0 ...
 # KERNELS=1 adds `bench kernels --op gemm --m 1,16,32`; NCU=0 leaves out Nsight Compute.
 # CARRY_DIR holds carry.txz (bin/: osprey and the test binaries; lib/: their libraries; tok/:
 # DeepSeek-V3's tokenizer.json), packed by a CUDA build here. DL: seconds this script may take
@@ -74,6 +80,11 @@ for v in ${STEPS:-new old waves nogroup}; do
     new_b) step new_b OSPREY_PDL=1 ;;
     group64) step group64 OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64 ;;
     group64_b) step group64_b OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS=64 ;;
+    auto) step auto OSPREY_FP8_DENSE_KGROUPS=auto ;;
+    auto_b) step auto_b OSPREY_FP8_DENSE_KGROUPS=auto ;;
+    kg4) step kg4 OSPREY_FP8_DENSE_KGROUPS=4 ;;
+    wide48) step wide48 OSPREY_FP8_SWAPAB_WIDE_MAX_MB=48 ;;
+    wide48_b) step wide48_b OSPREY_FP8_SWAPAB_WIDE_MAX_MB=48 ;;
   esac
 done
 
