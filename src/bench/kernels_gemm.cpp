@@ -270,13 +270,13 @@ void run_gemm_groups(const KernelOptions& o, double copy_gbs) {
       "(median of %d after %d warm-up, L2 flushed before each; x BF16 quantised once (included), y "
       "F32; bytes = the weights (e4m3) + scales + x + y; main_us = the mainline call (GB/s and "
       "%%copy are its: default settings), whose path is the last column (past "
-      "OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, "
-      "default 32, a cuBLASLt GEMM each); the grouped swap-AB launch at every M: sab_us (cp.async "
+      "OSPREY_FP8_SWAPAB_GROUP_MAX_TOKENS, default 32, a cuBLASLt GEMM each); the grouped swap-AB "
+      "launch at every M: sab_us (cp.async "
       "weight tiles, 2 k-blocks a stage, one block an item), tma_us (weight tiles by TMA), g4_us / "
       "g4tma_us (4 k-blocks a stage, M <= 16; 0 elsewhere), auto_us (TMA, the stage depth by the "
       "launch's shape: OSPREY_FP8_DENSE_KGROUPS=auto; M <= 16), pers_us (the persistent grid); "
-      "each_us "
-      "= the mainline with a launch a linear; rel_diff = the largest of mainline vs sab and g4 and "
+      "each_us = the mainline with a launch a linear; rel_diff = the largest of mainline vs sab "
+      "and g4 and "
       "auto vs sab (TMA checked equal bit for bit))\n",
       o.iters, o.warmup);
 }

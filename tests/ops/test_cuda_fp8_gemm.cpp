@@ -413,15 +413,15 @@ TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
   // (then again with the wide limit at 48 MB: past 32 tokens the groups of small weights take the
   // swap-AB launch, reading a Cols quantisation's scales in place)
   const int64_t was_wide = ops::cuda::fp8_swapab_wide_max_bytes();
-  for (const int64_t wide : {int64_t(0), int64_t(48) << 20})
-    for (const Case& k : cases) {
+  for (const Case& k : cases) {
+    std::vector<Fp8Weight> ws;
+    for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
+    Buffer wn = rand_f32({k.in}, 0.5f, 1.5f);
+    DeviceBuffer dwn = upload(wn);
+    for (const int64_t wide : {int64_t(0), int64_t(48) << 20}) {
       ops::cuda::set_fp8_swapab_wide_max_bytes(wide);
       bool small = true;
       for (int64_t o : k.outs) small = small && o * k.in <= wide;
-      std::vector<Fp8Weight> ws;
-      for (int64_t o : k.outs) ws.push_back(random_fp8(o, k.in));
-      Buffer wn = rand_f32({k.in}, 0.5f, 1.5f);
-      DeviceBuffer dwn = upload(wn);
       for (int64_t n : {int64_t(4), int64_t(64), int64_t(37)}) {
         const ops::Fp8ActShape picked = ops::fp8_act_shape(Device::CUDA, n, k.in);
         ASSERT_EQ(picked.layout, n <= 32 ? ops::Fp8Layout::Rows : ops::Fp8Layout::Cols)
@@ -464,6 +464,7 @@ TEST(CudaOps, LinearsReadTheProducersQuantisationBitForBit) {
         }
       }
     }
+  }
   ops::cuda::set_fp8_swapab_wide_max_bytes(was_wide);
 }
 

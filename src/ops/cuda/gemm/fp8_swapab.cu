@@ -702,14 +702,17 @@ bool g_dense_tma = [] {
 // weights streamed once) cuBLASLt still wins at 64 tokens (H200, 2026-12-03: q_a_proj 24.0 against
 // 39.5 us; the whole dsv32 B=64 graph step 9.89 ms with 32 here against 10.34 ms with 64), so 32
 // stays. OSPREY_FP8_SWAPAB_MAX_TOKENS=N (0..128) sets it for A/B runs of whole steps.
-int64_t tokens_from_env(const char* name, int64_t fallback) {
+int64_t int_from_env(const char* name, int64_t fallback, int64_t max) {
   const char* e = std::getenv(name);
   if (!e || !*e) return fallback;
   char* end = nullptr;
   const long long x = std::strtoll(e, &end, 10);
-  OSPREY_CHECK(*end == 0 && x >= 0 && x <= kSwapAbMaxTokens, name, " must be an integer in 0..",
-               kSwapAbMaxTokens, ", not '", e, "'");
+  OSPREY_CHECK(*end == 0 && x >= 0 && x <= max, name, " must be an integer in 0..", max, ", not '",
+               e, "'");
   return x;
+}
+int64_t tokens_from_env(const char* name, int64_t fallback) {
+  return int_from_env(name, fallback, kSwapAbMaxTokens);
 }
 int64_t g_max_tokens = -1;  // -1: not read yet (max_tokens() reads the environment once)
 int64_t max_tokens() {
@@ -733,18 +736,8 @@ int64_t group_max_tokens() {
 // OSPREY_FP8_SWAPAB_WIDE_MAX_MB=N for A/B runs.
 int64_t g_wide_max_bytes = -1;  // -1: not read yet
 int64_t wide_max_bytes() {
-  if (g_wide_max_bytes < 0) {
-    const char* e = std::getenv("OSPREY_FP8_SWAPAB_WIDE_MAX_MB");
-    int64_t mb = 0;
-    if (e && *e) {
-      char* end = nullptr;
-      const long long x = std::strtoll(e, &end, 10);
-      OSPREY_CHECK(*end == 0 && x >= 0 && x <= 4096,
-                   "OSPREY_FP8_SWAPAB_WIDE_MAX_MB must be an integer in 0..4096, not '", e, "'");
-      mb = x;
-    }
-    g_wide_max_bytes = mb << 20;
-  }
+  if (g_wide_max_bytes < 0)
+    g_wide_max_bytes = int_from_env("OSPREY_FP8_SWAPAB_WIDE_MAX_MB", 0, 4096) << 20;
   return g_wide_max_bytes;
 }
 
