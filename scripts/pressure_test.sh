@@ -3,6 +3,9 @@
 # one at a time on a server with a roomy KV cache, then all at once on a server whose cache holds
 # only BLOCKS blocks (forcing preemption); the greedy outputs must be equal, preemptions > 0, no
 # block held afterwards.
+# PRESSURE_CLIENT=python runs tools/pressure_client.py (the GPU machine's client, which also judges
+# an unequal output as vLLM's check_logprobs_close does; PRESSURE_COMPARE=close passes on that)
+# instead of the Node.js one, so that the CPU suite checks the GPU script's client too.
 #   scripts/pressure_test.sh OSPREY_BINARY LOG_DIR N PROMPT_LEN MAX_TOKENS VOCAB BLOCKS [serve args...]
 # The serve args (model, device, ...) go to both servers; logs and the summary go to LOG_DIR.
 set -euo pipefail
@@ -10,12 +13,19 @@ osprey=$1 logdir=$2 n=$3 len=$4 max=$5 vocab=$6 blocks=$7
 shift 7
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$logdir"
+client() {  # MODE: the client of PRESSURE_CLIENT for one run
+  if [[ ${PRESSURE_CLIENT:-node} == python ]]; then
+    echo "python3 $here/tools/pressure_client.py $1 \$OSPREY_URL $n $len $max $vocab $logdir/uncontended.json"
+  else
+    echo "node $here/tests/server/pressure.mjs $1 $n $len $max $vocab $logdir/uncontended.json"
+  fi
+}
 ctx=$((len + max + 64))
 common=(--max-model-len "$ctx" --max-num-seqs "$n" --max-num-batched-tokens 8192 "$@")
 OSPREY_SERVER_LOG=$logdir/uncontended.server.log "$here/scripts/server_test.sh" "$osprey" "${common[@]}" -- \
-  node "$here/tests/server/pressure.mjs" uncontended "$n" "$len" "$max" "$vocab" "$logdir/uncontended.json" \
+  bash -c "$(client uncontended)" \
   2>&1 | tee "$logdir/uncontended.log"
 OSPREY_SERVER_LOG=$logdir/contended.server.log "$here/scripts/server_test.sh" "$osprey" "${common[@]}" \
   --num-gpu-blocks-override "$blocks" -- \
-  node "$here/tests/server/pressure.mjs" contended "$n" "$len" "$max" "$vocab" "$logdir/uncontended.json" \
+  bash -c "$(client contended)" \
   2>&1 | tee "$logdir/contended.log"
