@@ -13,12 +13,14 @@ osprey=$1 logdir=$2 n=$3 len=$4 max=$5 vocab=$6 blocks=$7
 shift 7
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$logdir"
-client() {  # MODE: the client of PRESSURE_CLIENT for one run
-  if [[ ${PRESSURE_CLIENT:-node} == python ]]; then
-    echo "python3 $here/tools/pressure_client.py $1 \$OSPREY_URL $n $len $max $vocab $logdir/uncontended.json"
+client() {  # MODE: the command line (quoted for bash -c) of PRESSURE_CLIENT's client for one run
+  if [[ ${PRESSURE_CLIENT:-node} == python ]]; then  # it takes the URL, known inside server_test.sh
+    printf '%q ' python3 "$here/tools/pressure_client.py" "$1"
+    printf '"$OSPREY_URL" '
   else
-    echo "node $here/tests/server/pressure.mjs $1 $n $len $max $vocab $logdir/uncontended.json"
+    printf '%q ' node "$here/tests/server/pressure.mjs" "$1"
   fi
+  printf '%q ' "$n" "$len" "$max" "$vocab" "$logdir/uncontended.json"
 }
 ctx=$((len + max + 64))
 common=(--max-model-len "$ctx" --max-num-seqs "$n" --max-num-batched-tokens 8192 "$@")

@@ -190,9 +190,8 @@ def main():
         verdicts = [judge(r, refs[i]) if r["ok"] else ("failed", None, 0.0) for i, r in enumerate(results)]
         equal = sum(v[0] == "equal" for v in verdicts)
         near = sum(close(v) for v in verdicts)
-        ties = sum(v[0] == "tie" and close(v) for v in verdicts)
+        parted = [f"{i}@{v[1]}" for i, v in enumerate(verdicts) if v[0] == "tie" and close(v)]
         apart = [f"{i}@{v[1]}" for i, v in enumerate(verdicts) if v[0] != "failed" and not close(v)]
-        parted = [f"{i}@{v[1]}" for i, v in enumerate(verdicts) if v[0] == "tie"]
         dev = max((v[2] for v in verdicts), default=0.0)
         # negative control: output i against reference i+1 (another prompt's output)
         control = [close(judge(r, refs[(i + 1) % n])) for i, r in enumerate(results) if r["ok"]] if n > 1 else []
@@ -211,7 +210,7 @@ def main():
                 ("output tokens each", max_tokens),
                 ("completed", f"{sum(r['ok'] for r in results)} of {n}"),
                 ("outputs equal to uncontended", f"{equal} of {n}"),
-                (f"parted at a near-tie (each token in the other's top {TOP_K})", f"{ties} of {n}"),
+                (f"parted at a near-tie (each token in the other's top {TOP_K})", f"{len(parted)} of {n}"),
                 ("parted otherwise (prompt@token)", " ".join(apart) or "none"),
                 ("largest |logprob diff| before parting (nats)", f"{dev:.4f} (limit {PREFIX_TOL})"),
                 ("negative control: mismatched pairs judged close",
