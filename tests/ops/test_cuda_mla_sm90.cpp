@@ -353,6 +353,56 @@ TEST(CudaMlaSm90, DenseTmaMapPerCacheGeometry) {
   check(small, "first view again", 0);
 }
 
+struct Fp8Crossover {
+  bool was;
+  explicit Fp8Crossover(bool on) : was(ops::cuda::set_mla_fp8_crossover(on)) {}
+  ~Fp8Crossover() { ops::cuda::set_mla_fp8_crossover(was); }
+};
+
+// The crossover (FP8 cache, 128 heads: the two head groups of a part in a cluster of two CTAs,
+// each dequantising half of every key tile into both CTAs' shared memory) against the CPU twin on
+// every kind of call it takes: sparse decode at contexts 1–9000, one sequence (32 splits),
+// 56 sequences, s_q = 2 with repeated indices, a prompt chunk with F32 q and out, dense decode
+// over partial blocks up to 65536 keys; with the setting off the same calls take the lockstep
+// kernel, and 64 or 16 heads (one head group, nothing to pair) never take the crossover.
+TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
+  OSPREY_REQUIRE_GPU();
+  auto run = [](const Case& c, bool on, bool takes) {
+    Fp8Crossover scope(on);
+    const int64_t before = ops::cuda::mla_fp8_crossover_calls();
+    run_case(c);
+    EXPECT_EQ(ops::cuda::mla_fp8_crossover_calls(), before + (takes ? 1 : 0))
+        << "heads " << c.heads << " setting " << on;
+  };
+  std::vector<Case> cases;
+  cases.push_back({{5000, 4000, 2048, 2047, 300, 1, 6000, 9000}, {1, 1, 1, 1, 1, 1, 1, 1}});
+  cases.push_back({{5000}, {1}});
+  {
+    std::vector<int> ctx(56), n_new(56, 1);
+    for (int i = 0; i < 56; ++i) ctx[size_t(i)] = i % 7 == 3 ? 1 + 97 * i : 5000 - 13 * i;
+    cases.push_back({ctx, n_new});
+  }
+  cases.push_back({{5000, 3000, 70, 2100}, {2, 2, 2, 2}});
+  cases.back().repeats = true;
+  cases.push_back({{2500, 40}, {300, 40}});
+  cases.back().q_dt = DType::F32;
+  cases.back().out_dt = DType::F32;
+  cases.push_back({{65536, 16384, 4097, 4096, 64, 65, 1, 5000, 127}, {1, 1, 1, 1, 1, 1, 1, 2, 1}});
+  cases.back().topk = 0;
+  cases.back().out_dt = DType::F32;
+  for (Case& c : cases) {
+    c.fp8 = true;
+    run(c, true, true);
+    run(c, false, false);
+  }
+  for (int64_t heads : {64, 16}) {
+    Case c{{5000, 700, 3}, {1, 2, 1}};
+    c.heads = heads;
+    c.fp8 = true;
+    run(c, true, false);
+  }
+}
+
 TEST(CudaMlaSm90, HeadCountsUnderTensorParallel) {
   OSPREY_REQUIRE_GPU();
   for (int64_t heads : {64, 16}) {

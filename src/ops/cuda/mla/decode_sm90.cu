@@ -49,6 +49,7 @@
 #include <unordered_map>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/hopper/cluster.cuh"
 #include "ops/cuda/hopper/pdl.cuh"
 #include "ops/cuda/hopper/sync.cuh"
 #include "ops/cuda/hopper/tma.cuh"
@@ -89,6 +90,7 @@ struct Smem {  // every tile 1024-aligned: the base is, and each tile is a multi
   float row_sum[2][kHeadsPerCta];     // [warpgroup][head]
   uint8_t valid[kStages][kBlockN];    // key r of the stage is attended
   uint64_t full[kStages], empty[kStages];
+  uint64_t remote[kStages];  // kCross: the peer's half of the stage's rows has landed (bytes)
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack of the dynamic base
 static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 per-block limit");
@@ -167,14 +169,14 @@ __device__ __forceinline__ float2 fetch_fp8_scales(const Params& a, int half, in
   if (row < 0) return make_float2(0.0f, 0.0f);
   return *reinterpret_cast<const float2*>(a.cache + row * a.token_bytes + kLat + 8 * half);
 }
-__device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, int r, int half,
-                                               int64_t row, float2 scales) {
+// Half `half` of row r's rope (BF16, no conversion: 4 units of 8) straight to shared memory by
+// cp.async; zero-filled for an invalid row.
+__device__ __forceinline__ void copy_fp8_rope(uint8_t* tile, const Params& a, int r, int half,
+                                              int64_t row) {
   const bool ok = row >= 0;
   uint8_t* dst_row = tile + r * 128;  // + chunk · kChunkBytes
   const uint32_t sw = uint32_t(r & 7);
-  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
-  // Rope (BF16, no conversion): straight to shared memory; zero-filled for an invalid row.
-  const uint8_t* pe = src + kLat + 4 * (kLat / 128);
+  const uint8_t* pe = a.cache + (ok ? row : 0) * a.token_bytes + kLat + 4 * (kLat / 128);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int ru = half * 4 + k;  // rope unit (8 BF16) → column 512 + 8·ru
@@ -182,6 +184,14 @@ __device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, i
     hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), pe + ru * 16,
                     ok ? 16u : 0u);
   }
+}
+__device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, int r, int half,
+                                               int64_t row, float2 scales) {
+  const bool ok = row >= 0;
+  uint8_t* dst_row = tile + r * 128;  // + chunk · kChunkBytes
+  const uint32_t sw = uint32_t(r & 7);
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
+  copy_fp8_rope(tile, a, r, half, row);
   // The half's 16 latent units all in flight at once (one memory round trip per stage).
   // L1-allocating: a 16-byte load uses half of its 32-byte sector, the other half is the next.
   uint4 v[16];
@@ -198,6 +208,46 @@ __device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, i
     uint8_t* d = dst_row + chunk * kChunkBytes;
     hw::st_shared_16(d + ((uint32_t(uu) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
     hw::st_shared_16(d + ((uint32_t(uu + 1) ^ sw) << 4), make_uint4(b0.x, b0.y, b1.x, b1.y));
+  }
+}
+
+// The crossover (kCross: FP8 cache, 128 heads, the two head groups of a token in one cluster of
+// two CTAs, after FlashMLA's FP8 sparse decode, docs/20250929-hopper-fp8-sparse-deep-dive.md; no
+// code taken). Both CTAs of a cluster take the same key tiles; dequantising is the CUDA cores'
+// bottleneck (e4m3 → f16 → F32, × scale, → BF16: ~64 cycles a key at 16 conversions a cycle
+// against ~34 of MMA for 64 heads), so CTA rank c dequantises rows 32·c .. 32·c + 31 of each tile
+// only, writes them to its own tile and, by st.async, to the peer's, whose `remote` barrier counts
+// the bytes. Each CTA still copies the rope of all 64 rows (cp.async, no conversion) and sets its
+// own valid flags. Producer thread pt: row 32·c + pt / 4, latent columns 128·(pt % 4) .. + 127
+// (one scale tile: 8 loads of 16 e4m3, 16 stores of 8 BF16 each way).
+constexpr int kCrossRows = kBlockN / 2;                  // rows a CTA dequantises per tile
+constexpr uint32_t kCrossBytes = kCrossRows * kLat * 2;  // BF16 bytes the peer sends per tile
+__device__ __forceinline__ float fetch_fp8_scale(const Params& a, int quarter, int64_t row) {
+  if (row < 0) return 0.0f;
+  return *reinterpret_cast<const float*>(a.cache + row * a.token_bytes + kLat + 4 * quarter);
+}
+__device__ __forceinline__ void store_fp8_quarter_cross(uint8_t* tile, uint32_t peer_tile,
+                                                        uint32_t peer_bar, const Params& a, int r,
+                                                        int quarter, int64_t row, float scale) {
+  const bool ok = row >= 0;
+  const uint32_t sw = uint32_t(r & 7);
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes + quarter * 128;
+  uint4 v[8];  // the quarter's 128 e4m3 values, all in flight at once
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = ok ? hw::ld_nc_16(src + k * 16) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint2 a0 = dequant4(v[k].x, scale), a1 = dequant4(v[k].y, scale);
+    const uint2 b0 = dequant4(v[k].z, scale), b1 = dequant4(v[k].w, scale);
+    // 16 values = BF16 units u0, u0 + 1 of the row (8 values each): chunk 2·quarter + k / 4.
+    const int u0 = 16 * quarter + 2 * k, chunk = u0 >> 3, uu = u0 & 7;
+    const uint32_t off0 = uint32_t(chunk * kChunkBytes + r * 128) + ((uint32_t(uu) ^ sw) << 4);
+    const uint32_t off1 = uint32_t(chunk * kChunkBytes + r * 128) + ((uint32_t(uu + 1) ^ sw) << 4);
+    const uint4 lo = make_uint4(a0.x, a0.y, a1.x, a1.y), hi = make_uint4(b0.x, b0.y, b1.x, b1.y);
+    hw::st_shared_16(tile + off0, lo);
+    hw::st_shared_16(tile + off1, hi);
+    hw::st_async_16(peer_tile + off0, lo, peer_bar);
+    hw::st_async_16(peer_tile + off1, hi, peer_bar);
   }
 }
 
@@ -358,8 +408,16 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
   }
 }
 
-template <typename Tq, typename To, bool kFp8, bool kSparse>
+// kCross (FP8 cache, H a multiple of 128, launched in clusters of 1 × 2 CTAs: the two head
+// groups of each part): the crossover above. Per stage, `full` counts the 128 local producer
+// threads (their rows and rope landed), `remote` one local expect_tx arrival plus the peer's
+// kCrossBytes, and `empty` the release of both CTAs' consumers (one arrival per warp on each
+// CTA's barrier: 16), so that neither producer overwrites a tile either CTA still reads. The
+// cluster synchronises after the barriers are initialised and before any CTA exits (a peer's
+// arrivals and stores must find this CTA's shared memory).
+template <typename Tq, typename To, bool kFp8, bool kSparse, bool kCross = false>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Params a) {
+  static_assert(kFp8 || !kCross, "the crossover shares dequantised FP8 rows");
   pdl_wait();
   pdl_trigger();
   extern __shared__ uint8_t smem_raw[];
@@ -367,21 +425,30 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
   const int tid = threadIdx.x;
   const int part = blockIdx.x, g = blockIdx.y;
   int32_t w0, w1;
-  if (!part_run(a, part, w0, w1)) return;  // the whole CTA: no barrier was used yet
+  // The whole CTA, and with kCross its peer too (the same part): no barrier was used yet.
+  if (!part_run(a, part, w0, w1)) return;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       hw::mbar_init(&sm.full[s], kProducerThreads);
-      hw::mbar_init(&sm.empty[s], kConsumerThreads);
+      hw::mbar_init(&sm.empty[s], kCross ? 2 * kConsumerThreads / 32 : kConsumerThreads);
+      if constexpr (kCross) hw::mbar_init(&sm.remote[s], 1);
     }
     hw::mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (kCross)
+    hw::cluster_sync();  // the peer's barriers are initialised before this CTA arrives on them
+  else
+    __syncthreads();
+  // kCross: this CTA's rank in its cluster (= g % 2) and its peer's.
+  [[maybe_unused]] const uint32_t rank = kCross ? hw::cluster_ctarank() : 0u, peer = rank ^ 1u;
   // The part's first token: the largest t with cum[t] ≤ w0 (the search seq_of_token does).
   const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
 
   if (tid >= kConsumerThreads) {  // ---- producer warpgroup ----
     hw::regs_dealloc<kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, half = pt & 1;
+    // kCross: this thread's dequantised row (in the CTA's half of the tile) and scale tile.
+    [[maybe_unused]] const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
       const TokenRun run = token_run<kSparse>(a, t, w0, w1);
@@ -392,19 +459,31 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
         // The row's index (and an FP8 row's scales) before the stage is free: the top-k and
         // block-table lookups overlap the consumers' use of it.
         const int64_t row = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r);
-        [[maybe_unused]] float2 scales;
-        if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
-        hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-        if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-        if constexpr (kFp8)
-          store_fp8_half(sm.kv[stage], a, r, half, row, scales);
-        else
-          load_row_half_bf16(sm.kv[stage], a, r, half, row);
+        if constexpr (kCross) {
+          const int64_t row_d = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + rd);
+          const float scale = fetch_fp8_scale(a, quarter, row_d);
+          hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+          if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
+          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
+          copy_fp8_rope(sm.kv[stage], a, r, half, row);
+          store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
+                                  hw::mapa(&sm.remote[stage], peer), a, rd, quarter, row_d, scale);
+        } else {
+          [[maybe_unused]] float2 scales;
+          if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
+          hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
+          if constexpr (kFp8)
+            store_fp8_half(sm.kv[stage], a, r, half, row, scales);
+          else
+            load_row_half_bf16(sm.kv[stage], a, r, half, row);
+        }
         hw::cp_async_wait_all();  // BF16 rows, or the FP8 rows' rope part
         hw::fence_proxy_async();
         hw::mbar_arrive(&sm.full[stage]);
       }
     }
+    if constexpr (kCross) hw::cluster_sync();  // the consumers of both CTAs are done
     return;
   }
 
@@ -430,6 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     for (int b = b0; b < b1; ++b, ++it, par ^= 1) {
       const int stage = it % kStages;
       hw::mbar_wait(&sm.full[stage], (it / kStages) & 1);
+      if constexpr (kCross) hw::mbar_wait_cluster(&sm.remote[stage], (it / kStages) & 1);
       const uint8_t* kv = sm.kv[stage];
 
       // Two independent accumulator chains (chunks 0–4 and 5–8) so that the tensor pipe overlaps
@@ -505,7 +585,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       hw::wgmma_commit();
       hw::wgmma_wait<0>();
       hw::fence_regs(o);
-      hw::mbar_arrive(&sm.empty[stage]);
+      if constexpr (kCross) {
+        // The warp's reads of the stage are done (each lane's wgmma wait): one arrival per warp
+        // on this CTA's barrier and on the peer's, whose producer writes rows into this tile.
+        __syncwarp();
+        if (lane == 0) {
+          hw::mbar_arrive(&sm.empty[stage]);
+          hw::mbar_arrive_cluster(hw::mapa(&sm.empty[stage], peer));
+        }
+      } else {
+        hw::mbar_arrive(&sm.empty[stage]);
+      }
     }
 
     // Epilogue: full row sums (4 lanes, then both halves), normalise, write.
@@ -513,6 +603,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum free for the next token
     write_out<To>(a, o, t, part, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
+  if constexpr (kCross) hw::cluster_sync();  // the peer's last arrivals on this CTA have landed
 }
 
 // ---- The seesaw kernel (FlashMLA's schedule of 2025-04, written here for osprey's paged and
@@ -1272,6 +1363,45 @@ bool g_dense_tma = [] {
   return !(e && e[0] == '0');
 }();
 
+// FP8-cache calls with H a multiple of 128 take the crossover (kCross: clusters of two CTAs, each
+// dequantising half of every tile for both) when OSPREY_MLA_FP8_CROSSOVER=1 or
+// set_mla_fp8_crossover(true); off by default until an H200 run measures it against the lockstep
+// kernel (bench kernels --op mla, both settings).
+bool g_fp8_cross = [] {
+  const char* e = std::getenv("OSPREY_MLA_FP8_CROSSOVER");
+  return e && e[0] == '1';
+}();
+int64_t g_fp8_cross_calls = 0;
+
+// How many clusters of two kCross CTAs (one per SM, kSmemBytes each) can be resident at once: the
+// split plan takes at most this many parts, so that every cluster of the grid runs in one wave (a
+// GPC with an odd number of free SMs leaves one idle).
+template <typename Tq, typename To, bool kSparse>
+int cross_max_clusters() {
+  static const int n = [] {
+    auto* k = mla_decode_sm90_kernel<Tq, To, true, kSparse, true>;
+    OSPREY_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 2;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(sm_count() / 2), 2u, 1u);
+    cfg.blockDim = dim3(unsigned(kThreads), 1u, 1u);
+    cfg.dynamicSmemBytes = kSmemBytes;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
+    OSPREY_CHECK(clusters > 0, "MLA FP8 crossover: no cluster of two CTAs of ", kSmemBytes,
+                 " bytes of shared memory fits this device");
+    return clusters;
+  }();
+  return n;
+}
+
 // The TMA map of a BF16 latent cache [n_blocks, block_size, 576] (rows 1152 bytes apart) in boxes
 // of [1, 64, 64] (tma_producer), kept per (base, n_blocks, block_size): a model has one cache per
 // layer, so a step encodes nothing after the first; a cache reallocated with another size gets a
@@ -1350,8 +1480,19 @@ int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_to
 
 // kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. prefill: a sparse
 // BF16 call taking the prefill variant, 1 (pipelined) or 2 (overlapped); else 0.
+// cross: an FP8 call taking the crossover (grid.y even).
 template <typename Tq, typename To, bool kFp8, bool kSparse>
-void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill) {
+void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill, bool cross) {
+  if constexpr (kFp8) {
+    if (cross) {
+      (void)cross_max_clusters<Tq, To, kSparse>();  // sets the kernel's shared-memory size
+      launch_pdl_cluster(mla_decode_sm90_kernel<Tq, To, true, kSparse, true>, grid, kThreads,
+                         kSmemBytes, dim3(1u, 2u, 1u), a);
+      OSPREY_CUDA_LAUNCH_CHECK();
+      ++g_fp8_cross_calls;
+      return;
+    }
+  }
   auto* k = mla_decode_sm90_kernel<Tq, To, kFp8, kSparse>;
   static const bool configured = [&] {
     OSPREY_CUDA_CHECK(
@@ -1410,18 +1551,30 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill) 
 
 template <typename Tq, typename To>
 void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map,
-                 int prefill) {
+                 int prefill, bool cross) {
   if (fp8) {
     if (sparse)
-      launch<Tq, To, true, true>(a, grid, nullptr, 0);
+      launch<Tq, To, true, true>(a, grid, nullptr, 0, cross);
     else
-      launch<Tq, To, true, false>(a, grid, nullptr, 0);
+      launch<Tq, To, true, false>(a, grid, nullptr, 0, cross);
   } else {
     if (sparse)
-      launch<Tq, To, false, true>(a, grid, nullptr, prefill);
+      launch<Tq, To, false, true>(a, grid, nullptr, prefill, false);
     else
-      launch<Tq, To, false, false>(a, grid, kv_map, 0);
+      launch<Tq, To, false, false>(a, grid, kv_map, 0, false);
   }
+}
+// cross_max_clusters of the instance a call takes.
+int cross_clusters(bool q_bf16, bool out_bf16, bool sparse) {
+  if (q_bf16)
+    return out_bf16 ? (sparse ? cross_max_clusters<bf16, bf16, true>()
+                              : cross_max_clusters<bf16, bf16, false>())
+                    : (sparse ? cross_max_clusters<bf16, float, true>()
+                              : cross_max_clusters<bf16, float, false>());
+  return out_bf16 ? (sparse ? cross_max_clusters<float, bf16, true>()
+                            : cross_max_clusters<float, bf16, false>())
+                  : (sparse ? cross_max_clusters<float, float, true>()
+                            : cross_max_clusters<float, float, false>());
 }
 }  // namespace
 
@@ -1460,6 +1613,17 @@ int64_t mla_prefill_variant_calls() {
   return g_prefill_variant_calls;
 }
 
+bool set_mla_fp8_crossover(bool enabled) {
+  const bool was = g_fp8_cross;
+  g_fp8_cross = enabled;
+  return was;
+}
+bool mla_fp8_crossover_enabled() {
+  return g_fp8_cross;
+}
+int64_t mla_fp8_crossover_calls() {
+  return g_fp8_cross_calls;
+}
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
   g_dense_tma = enabled;
@@ -1505,7 +1669,12 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const bool sparse = topk_indices.data != nullptr, fp8 = cache.dtype == DType::U8;
   if (m.n_tokens == 0) return;
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
-  const int n_parts = std::max(1, sm_count() / groups);
+  const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
+  // The crossover pairs head groups 2·i, 2·i + 1 of a part in one cluster.
+  const bool cross = fp8 && g_fp8_cross && groups % 2 == 0;
+  int n_parts = std::max(1, sm_count() / groups);
+  if (cross)
+    n_parts = std::max(1, std::min(n_parts, cross_clusters(q_bf16, out_bf16, sparse) * 2 / groups));
   const int64_t clamp = sparse ? topk_indices.size(1) : int64_t(INT32_MAX);
   // Prompt chunks (and MTP verify steps: several query tokens a sequence) cut their runs at equal
   // cost with a per-token charge; decode batches at equal blocks (split_kv.cuh).
@@ -1557,17 +1726,16 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const int prefill = pk != MlaPrefillKernel::Seesaw && g_seesaw && sparse && !fp8
                           ? (pk == MlaPrefillKernel::Overlapped ? 2 : 1)
                           : 0;
-  const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   if (q_bf16) {
     if (out_bf16)
-      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map, prefill);
+      launch_kind<bf16, bf16>(a, grid, fp8, sparse, map, prefill, cross);
     else
-      launch_kind<bf16, float>(a, grid, fp8, sparse, map, prefill);
+      launch_kind<bf16, float>(a, grid, fp8, sparse, map, prefill, cross);
   } else {
     if (out_bf16)
-      launch_kind<float, bf16>(a, grid, fp8, sparse, map, prefill);
+      launch_kind<float, bf16>(a, grid, fp8, sparse, map, prefill, cross);
     else
-      launch_kind<float, float>(a, grid, fp8, sparse, map, prefill);
+      launch_kind<float, float>(a, grid, fp8, sparse, map, prefill, cross);
   }
   mla_combine_splits(out.data, out_bf16, a.lse, a.part_o, a.part_lse, plan, int(H), kLat);
   ++g_sm90_calls;
