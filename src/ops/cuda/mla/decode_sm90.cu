@@ -226,15 +226,22 @@ __device__ __forceinline__ float fetch_fp8_scale(const Params& a, int quarter, i
   if (row < 0) return 0.0f;
   return *reinterpret_cast<const float*>(a.cache + row * a.token_bytes + kLat + 4 * quarter);
 }
-__device__ __forceinline__ void store_fp8_quarter_cross(uint8_t* tile, uint32_t peer_tile,
-                                                        uint32_t peer_bar, const Params& a, int r,
-                                                        int quarter, int64_t row, float scale) {
+// The quarter's 128 e4m3 values (8 loads of 16, all in flight; zero for a row not attended),
+// loaded before the producer waits for the stage: 32 registers, so the loads' latency overlaps
+// the consumers' work on the stage (the non-crossover producer's 64 would spill).
+__device__ __forceinline__ void load_fp8_quarter(uint4 (&v)[8], const Params& a, int quarter,
+                                                 int64_t row) {
   const bool ok = row >= 0;
-  const uint32_t sw = uint32_t(r & 7);
   const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes + quarter * 128;
-  uint4 v[8];  // the quarter's 128 e4m3 values, all in flight at once
 #pragma unroll
   for (int k = 0; k < 8; ++k) v[k] = ok ? hw::ld_nc_16(src + k * 16) : make_uint4(0u, 0u, 0u, 0u);
+}
+// Row r's quarter dequantised (× its tile scale) into this CTA's tile and, by st.async completing
+// on the peer's `remote` barrier (peer_bar), into the peer's (peer_tile: mapa of the tile).
+__device__ __forceinline__ void store_fp8_quarter_cross(uint8_t* tile, uint32_t peer_tile,
+                                                        uint32_t peer_bar, const uint4 (&v)[8],
+                                                        int r, int quarter, float scale) {
+  const uint32_t sw = uint32_t(r & 7);
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const uint2 a0 = dequant4(v[k].x, scale), a1 = dequant4(v[k].y, scale);
@@ -462,12 +469,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
         if constexpr (kCross) {
           const int64_t row_d = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + rd);
           const float scale = fetch_fp8_scale(a, quarter, row_d);
+          uint4 v[8];
+          load_fp8_quarter(v, a, quarter, row_d);
           hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
           if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
           if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
           copy_fp8_rope(sm.kv[stage], a, r, half, row);
           store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
-                                  hw::mapa(&sm.remote[stage], peer), a, rd, quarter, row_d, scale);
+                                  hw::mapa(&sm.remote[stage], peer), v, rd, quarter, scale);
         } else {
           [[maybe_unused]] float2 scales;
           if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
