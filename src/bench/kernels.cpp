@@ -204,20 +204,22 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     // A BF16 sparse decode row (one token a sequence) runs the prefill variant (the default for
     // decode batches too), then its overlapped order and the seesaw kernel on the same batch
     // ("  overlapped", "  seesaw": OSPREY_MLA_SPARSE_DECODE).
-    // An FP8 row runs the lockstep kernel, then the crossover ("  crossover": the two head
-    // groups of a part in a cluster of two CTAs, each dequantising half of every tile for both;
-    // OSPREY_MLA_FP8_CROSSOVER).
+    // An FP8 row runs the lockstep kernel, then the crossover kernels ("  crossover": the two
+    // head groups of a part in a cluster of two CTAs, each dequantising half of every tile for
+    // both; "  pipelined": the prefill variant's consumers over those tiles; OSPREY_MLA_FP8).
+    using ops::cuda::MlaFp8Kernel;
     struct Variant {
       MlaPrefillKernel kernel;
       int cost;
       std::string label;
-      bool cross = false;
+      MlaFp8Kernel fp8 = MlaFp8Kernel::Lockstep;
     };
     const int cost0 = ops::cuda::mla_prefill_token_cost();
     std::vector<Variant> variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel}};
     if (s.fp8)
-      variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel, false},
-                  {ops::cuda::mla_prefill_kernel(), cost0, "  crossover", true}};
+      variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel, MlaFp8Kernel::Lockstep},
+                  {ops::cuda::mla_prefill_kernel(), cost0, "  crossover", MlaFp8Kernel::Crossover},
+                  {ops::cuda::mla_prefill_kernel(), cost0, "  pipelined", MlaFp8Kernel::Pipelined}};
     const bool bf16_prefill = std::string_view(s.kernel) == "sparse prefill" && !s.fp8;
     const bool bf16_decode = std::string_view(s.kernel) == "sparse decode" && !s.fp8 && s.s_q == 1;
     if (bf16_decode)
@@ -239,7 +241,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       const MlaPrefillKernel dk_was =
           ops::cuda::set_mla_sparse_decode_kernel(bf16_decode ? pk : MlaPrefillKernel::Seesaw);
       const int cost_was = ops::cuda::set_mla_prefill_token_cost(v.cost);
-      const bool cross_was = ops::cuda::set_mla_fp8_crossover(v.cross);
+      const MlaFp8Kernel fp8_was = ops::cuda::set_mla_fp8_kernel(v.fp8);
       const int64_t cross0 = ops::cuda::mla_fp8_crossover_calls();
       DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
       auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
@@ -255,14 +257,15 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       OSPREY_CHECK(variant == (((bf16_prefill || bf16_decode) && pk != MlaPrefillKernel::Seesaw) ||
                                bf16_multi),
                    s.kernel, ": the prefill variant ", variant ? "took" : "did not take", " it");
-      OSPREY_CHECK((ops::cuda::mla_fp8_crossover_calls() > cross0) == v.cross, s.kernel,
-                   ": the crossover ", v.cross ? "did not take" : "took", " it");
+      const bool cross = v.fp8 != MlaFp8Kernel::Lockstep;
+      OSPREY_CHECK((ops::cuda::mla_fp8_crossover_calls() > cross0) == cross, s.kernel,
+                   ": the crossover ", cross ? "did not take" : "took", " it");
       call();
       cuda::synchronize();
       ops::cuda::set_mla_prefill_kernel(pk_was);
       ops::cuda::set_mla_sparse_decode_kernel(dk_was);
       ops::cuda::set_mla_prefill_token_cost(cost_was);
-      ops::cuda::set_mla_fp8_crossover(cross_was);
+      ops::cuda::set_mla_fp8_kernel(fp8_was);
       const double err = rel_l2_bf16(cuda::to_host(out), want);
       const double sec = t.median_ms * 1e-3;
       const double tf = in.flops / sec / 1e12, gbs = in.bytes / sec / 1e9;
@@ -308,7 +311,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       "OSPREY_MLA_PREFILL=seesaw; '  cost N' = the prefill variant with the split-KV plan "
       "charging N blocks a query token, default %d; BF16 'sparse decode' rows likewise: the "
       "prefill variant (the default), '  overlapped', '  seesaw' = OSPREY_MLA_SPARSE_DECODE; FP8 "
-      "rows: the lockstep kernel, then '  crossover' = OSPREY_MLA_FP8_CROSSOVER=1)\n",
+      "rows: the lockstep kernel, then '  crossover' and '  pipelined' = OSPREY_MLA_FP8)\n",
       o.iters, o.warmup, int(ops::kMlaPrefillTokenCost));
 }
 }  // namespace

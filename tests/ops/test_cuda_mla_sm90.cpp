@@ -353,26 +353,28 @@ TEST(CudaMlaSm90, DenseTmaMapPerCacheGeometry) {
   check(small, "first view again", 0);
 }
 
-struct Fp8Crossover {
-  bool was;
-  explicit Fp8Crossover(bool on) : was(ops::cuda::set_mla_fp8_crossover(on)) {}
-  ~Fp8Crossover() { ops::cuda::set_mla_fp8_crossover(was); }
+struct Fp8Kernel {
+  ops::cuda::MlaFp8Kernel was;
+  explicit Fp8Kernel(ops::cuda::MlaFp8Kernel k) : was(ops::cuda::set_mla_fp8_kernel(k)) {}
+  ~Fp8Kernel() { ops::cuda::set_mla_fp8_kernel(was); }
 };
 
-// The crossover (FP8 cache, 128 heads: the two head groups of a part in a cluster of two CTAs,
-// each dequantising half of every key tile into both CTAs' shared memory) against the CPU twin on
-// every kind of call it takes: sparse decode at contexts 1–9000, one sequence (32 splits),
-// 56 sequences, s_q = 2 with repeated indices, a prompt chunk with F32 q and out, dense decode
-// over partial blocks up to 65536 keys; with the setting off the same calls take the lockstep
-// kernel, and 64 or 16 heads (one head group, nothing to pair) never take the crossover.
+// The crossover kernels (FP8 cache, 128 heads: the two head groups of a part in a cluster of two
+// CTAs, each dequantising half of every key tile into both CTAs' shared memory; the lockstep
+// consumers, or the prefill variant's) against the CPU twin on every kind of call they take:
+// sparse decode at contexts 1–9000, one sequence (32 splits), 56 sequences, s_q = 2 with repeated
+// indices, a prompt chunk with F32 q and out, dense decode over partial blocks up to 65536 keys;
+// the lockstep kernel takes the same calls, and 64 or 16 heads (one head group, nothing to pair)
+// never take a crossover kernel.
 TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   OSPREY_REQUIRE_GPU();
-  auto run = [](const Case& c, bool on, bool takes) {
-    Fp8Crossover scope(on);
+  using ops::cuda::MlaFp8Kernel;
+  auto run = [](const Case& c, MlaFp8Kernel k, bool takes) {
+    Fp8Kernel scope(k);
     const int64_t before = ops::cuda::mla_fp8_crossover_calls();
     run_case(c);
     EXPECT_EQ(ops::cuda::mla_fp8_crossover_calls(), before + (takes ? 1 : 0))
-        << "heads " << c.heads << " setting " << on;
+        << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
   };
   std::vector<Case> cases;
   cases.push_back({{5000, 4000, 2048, 2047, 300, 1, 6000, 9000}, {1, 1, 1, 1, 1, 1, 1, 1}});
@@ -392,14 +394,14 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   cases.back().out_dt = DType::F32;
   for (Case& c : cases) {
     c.fp8 = true;
-    run(c, true, true);
-    run(c, false, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, true);
+    run(c, MlaFp8Kernel::Lockstep, false);
   }
   for (int64_t heads : {64, 16}) {
     Case c{{5000, 700, 3}, {1, 2, 1}};
     c.heads = heads;
     c.fp8 = true;
-    run(c, true, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, false);
   }
 }
 

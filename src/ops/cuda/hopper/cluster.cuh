@@ -61,6 +61,15 @@ __device__ __forceinline__ void st_async_16(uint32_t dst, uint4 v, uint32_t bar)
       : "memory");
 }
 
+// Raises the transaction bytes the barrier's current phase waits for by `bytes`, without arriving
+// (the bytes a peer's st.async will complete; a peer's bytes may land first: the phase completes
+// only once its arrivals are in too).
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
 // mbar_wait (sync.cuh) with cluster-scope acquire: for phases completed by a peer CTA's arrivals
 // or st.async bytes, so that what the peer released is visible to this thread.
 __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {

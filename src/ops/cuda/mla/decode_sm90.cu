@@ -700,13 +700,18 @@ __device__ __forceinline__ void load_half(uint8_t* tile, const Params& a, int r,
 // the R half (chunks 4–8) before the L half (0–3): the prefill variant's WG1, whose tile b gets
 // its R half first (see pipelined_producer). kRopeSmem: Q's rope chunk from shared memory too
 // (the prefill variant, whose Q tile holds all 9 chunks).
-template <bool kRightFirst = false, bool kRopeSmem = false>
+// kClusterWait: the chunks' bytes come partly from a peer CTA (kFp8Cross): acquire at cluster
+// scope.
+template <bool kRightFirst = false, bool kRopeSmem = false, bool kClusterWait = false>
 __device__ __forceinline__ void qk_tile(float (&s)[32], const uint8_t* q, const uint8_t* kv,
                                         const uint32_t (&rq)[4][4], uint64_t* full, uint32_t ph) {
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const int c = kRightFirst ? (j + kLChunks) % kChunks : j;
-    hw::mbar_wait(&full[c], ph);
+    if constexpr (kClusterWait)
+      hw::mbar_wait_cluster(&full[c], ph);
+    else
+      hw::mbar_wait(&full[c], ph);
     hw::fence_proxy_async();  // the chunk's cp.async bytes (generic proxy), read by wgmma next
     if (j == 0) hw::wgmma_fence();
 #pragma unroll
@@ -828,11 +833,11 @@ __device__ __forceinline__ void scale_o(float (&o)[128], float f0, float f1) {
 
 // S = Q · Kᵀ over the tile in `stage` (phase ph), chunk by chunk as they land, then masked,
 // scaled to base 2, and the row maxima of rows r0 / r0 + 8 (mask_max).
-template <bool kRightFirst = false, bool kRopeSmem = false>
+template <bool kRightFirst = false, bool kRopeSmem = false, bool kClusterWait = false>
 __device__ __forceinline__ void score_tile(float (&s)[32], Smem& sm, int stage, uint32_t ph,
                                            const uint32_t (&rq)[4][4], float scale_log2, int cq,
                                            float& mx0, float& mx1) {
-  qk_tile<kRightFirst, kRopeSmem>(s, sm.q, sm.kv[stage], rq, sm.full[stage], ph);
+  qk_tile<kRightFirst, kRopeSmem, kClusterWait>(s, sm.q, sm.kv[stage], rq, sm.full[stage], ph);
   hw::wgmma_commit();
   hw::wgmma_wait<0>();
   hw::fence_regs(s);
@@ -1077,6 +1082,115 @@ __device__ __forceinline__ void pipelined_producer(Smem& sm, const Params& a, in
   }
 }
 
+// ---- The prefill variant on the FP8 cache with the crossover (kFp8Cross; the FP8 kernel
+// setting 'pipelined'): the variant's consumers unchanged, the two head groups of a part in a
+// cluster of two CTAs, and a producer that dequantises. Per half of a tile (L: chunks 0–3, R:
+// chunks 4–7 of the latent, plus the rope chunk 8), CTA rank c dequantises rows 32·c .. 32·c + 31
+// only: producer thread pt takes row 32·c + pt / 4 and chunk (4·half + pt % 4), 64 e4m3 (4 loads
+// of 16, issued before the half's release is waited for) × their tile's scale, and writes the 8
+// BF16 units to its own tile and by st.async to the peer's. Each latent chunk's full barrier thus
+// counts the 128 local producer threads (each arrives on every chunk of the half once its stores
+// are fenced) plus 4096 bytes from the peer (armed by local thread 0 after the release: a peer's
+// bytes may land first, the phase cannot complete before the local arrivals). The rope chunk comes
+// by cp.async from this CTA's own gathers of all 64 rows (thread pt: row pt / 2, 4 units), with
+// the noinc arrivals as in the BF16 variant. The halves are filled in the variant's release order
+// (a.L, b.R, a.R, b.L); the empty barriers count the local warpgroup's 128 threads and the peer
+// warpgroup's 4 warps (kCrossEmptyRemote), so neither producer overwrites a half either CTA still
+// reads. Valid flags: each CTA's own, at the first fill of each tile. Registers: the variant's
+// 72 / 216 split; ptxas -v (CUDA 13.0) spills 68–76 bytes in this kernel (none with an empty
+// producer but 4 bytes: the spills are the producer's, whose dequantising stores peak at 72).
+constexpr int kCrossEmptyRemote = 4;                     // the peer warpgroup's warps
+constexpr uint32_t kCrossChunkBytes = kCrossRows * 128;  // a chunk's rows from the peer
+// Latent chunk `chunk` (0–7) of row `row`: 4 loads of 16 e4m3 (zero for a row not attended).
+__device__ __forceinline__ void load_fp8_chunk(uint4 (&v)[4], const Params& a, int chunk,
+                                               int64_t row) {
+  const bool ok = row >= 0;
+  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes + chunk * 64;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = ok ? hw::ld_nc_16(src + k * 16) : make_uint4(0u, 0u, 0u, 0u);
+}
+// Those 64 values × scale into chunk `chunk` of row r of this CTA's tile and the peer's.
+__device__ __forceinline__ void store_fp8_chunk_cross(uint8_t* tile, uint32_t peer_tile,
+                                                      uint32_t peer_bar, const uint4 (&v)[4], int r,
+                                                      int chunk, float scale) {
+  const uint32_t sw = uint32_t(r & 7);
+  const uint32_t base = uint32_t(chunk * kChunkBytes + r * 128);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint2 a0 = dequant4(v[k].x, scale), a1 = dequant4(v[k].y, scale);
+    const uint2 b0 = dequant4(v[k].z, scale), b1 = dequant4(v[k].w, scale);
+    const uint32_t off0 = base + ((uint32_t(2 * k) ^ sw) << 4);
+    const uint32_t off1 = base + ((uint32_t(2 * k + 1) ^ sw) << 4);
+    const uint4 lo = make_uint4(a0.x, a0.y, a1.x, a1.y), hi = make_uint4(b0.x, b0.y, b1.x, b1.y);
+    hw::st_shared_16(tile + off0, lo);
+    hw::st_shared_16(tile + off1, hi);
+    hw::st_async_16(peer_tile + off0, lo, peer_bar);
+    hw::st_async_16(peer_tile + off1, hi, peer_bar);
+  }
+}
+// One half (kRight: R) of the tile in `stage`: waits for its release (both CTAs' consumers), arms
+// the latent chunks' barriers with the peer's bytes, writes the valid flags (kValid: the tile's
+// first fill) and the rope (R), dequantises this thread's chunk, then arrives on the latent chunks.
+template <bool kRight, bool kValid>
+// (The thread's indices are recomputed from threadIdx where used: the 72-register producer.)
+__device__ __forceinline__ void fill_half_fp8_cross(Smem& sm, const Params& a, int stage,
+                                                    uint32_t ph, int32_t row_r, int32_t row_d) {
+  constexpr int c0 = kRight ? kLChunks : 0;
+  const int pt = int(threadIdx.x) - kConsumerThreads;
+  const int chunk = c0 + (pt & 3);
+  const float scale = fetch_fp8_scale(a, chunk / 2, row_d);
+  uint4 v[4];
+  load_fp8_chunk(v, a, chunk, row_d);
+  uint64_t* full = sm.full[stage];
+  hw::mbar_wait_cluster(kRight ? &sm.empty_r[stage] : &sm.empty_l[stage], ph);
+  if (pt == 0) {
+#pragma unroll
+    for (int c = c0; c < c0 + kLChunks; ++c) hw::mbar_expect_tx(&full[c], kCrossChunkBytes);
+  }
+  const int r = pt >> 1, hh = pt & 1;  // the rope / valid row of this thread
+  if (kValid && hh == 0) sm.valid[stage][r] = row_r >= 0 ? 1 : 0;
+  if constexpr (kRight) {
+    copy_fp8_rope(sm.kv[stage], a, r, hh, row_r);
+    hw::cp_async_arrive_noinc(&full[kChunks - 1]);
+  }
+  const uint32_t rank = hw::cluster_ctarank(), peer = rank ^ 1u;
+  const int rd = kCrossRows * int(rank) + (pt >> 2);
+  store_fp8_chunk_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer), hw::mapa(&full[chunk], peer), v,
+                        rd, chunk, scale);
+  hw::fence_proxy_async();
+#pragma unroll
+  for (int c = c0; c < c0 + kLChunks; ++c) hw::mbar_arrive(&full[c]);
+}
+// The producer: pair after pair (tile a in stage 0, b in stage 1; an odd run's last b is the
+// padding tile, no row attended), halves in release order. Rows: r_* (rope and valid: row pt / 2)
+// and d_* (dequantised: row 32·rank + pt / 4) of tiles a and b, looked up before the first wait.
+template <bool kSparse>
+__device__ __forceinline__ void fp8_cross_producer(Smem& sm, const Params& a, int t_first,
+                                                   int32_t w0, int32_t w1) {
+  const int pt = int(threadIdx.x) - kConsumerThreads;
+  const int rr = pt >> 1, rd = kCrossRows * int(hw::cluster_ctarank()) + (pt >> 2);
+  uint32_t pair = 0;
+  for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
+    const TokenRun run = token_run<kSparse>(a, t, w0, w1);
+    for (int b = run.b0; b < run.b1; b += 2, ++pair) {
+      const uint32_t ph = (pair & 1u) ^ 1u;  // the empty barriers' phase to wait for
+      // 32-bit rows (a cache of 2^31 rows would be 1.4 TB): 4 registers, not 8, in a 72-register
+      // producer.
+      auto row_of = [&](int tile, int i) -> int32_t {
+        return tile < run.b1
+                   ? int32_t(attended_row<kSparse>(a, t, run.seq, run.p, run.L, tile * kBlockN + i))
+                   : -1;
+      };
+      const int32_t ra = row_of(b, rr), da = row_of(b, rd);
+      const int32_t rb = row_of(b + 1, rr), db = row_of(b + 1, rd);
+      fill_half_fp8_cross<false, true>(sm, a, 0, ph, ra, da);   // a.L
+      fill_half_fp8_cross<true, true>(sm, a, 1, ph, rb, db);    // b.R
+      fill_half_fp8_cross<true, false>(sm, a, 0, ph, ra, da);   // a.R
+      fill_half_fp8_cross<false, false>(sm, a, 1, ph, rb, db);  // b.L
+    }
+  }
+}
+
 // Q of token t, heads 64·g .. 64·g + 63, all 576 columns as BF16 into the SW128 tile q (rows past
 // H zero), by the 256 consumer threads: as stage_q<Tq, 72>, with the loads of kBatch units in
 // registers before their stores (BF16 q: 9 units = 36 registers, 2 round trips; F32: 6 units =
@@ -1127,8 +1241,12 @@ __device__ __forceinline__ void stage_q_batched(uint8_t* q, const Params& a, int
 // A token's first S_a is issued before its pair loop, once Q is staged. Registers as the variant's,
 // 72 / 216: there ptxas spills 76 bytes (19 registers; 0 at 240 consumer registers, which the pool
 // cannot give with a 72-register producer; 224 / 56 still spills 56 bytes), so the bench decides.
+// kFp8Cross (with kPipelined): the FP8 cache through the crossover producer (fp8_cross_producer),
+// launched in clusters of 1 × 2 CTAs; the consumers also release each half to the peer's producer
+// (one arrival per warp on the peer's empty barrier) and wait for chunks at cluster scope; the
+// cluster synchronises after the barriers are initialised and before any CTA exits.
 template <typename Tq, typename To, bool kSparse, bool kTma, bool kPipelined = false,
-          bool kOverlap = false>
+          bool kOverlap = false, bool kFp8Cross = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_seesaw_sm90_kernel(const Params a, const __grid_constant__ CUtensorMap kv_map) {
   pdl_wait();
@@ -1136,6 +1254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!(kSparse && kTma), "TMA tiles are 64 consecutive rows: dense decode only");
   static_assert(!(kTma && kPipelined), "the prefill variant gathers with cp.async");
   static_assert(kPipelined || !kOverlap, "the overlapped order is the prefill variant's");
+  static_assert(!kFp8Cross || (kPipelined && !kOverlap), "the FP8 crossover: pipelined order");
   extern __shared__ uint8_t smem_raw[];
   Smem& sm = aligned_smem<Smem>(smem_raw);
   const int tid = threadIdx.x;
@@ -1146,12 +1265,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < 2; ++s) {
       // cp.async: every producer thread arrives once its copies land; TMA: one armed arrival.
       for (int c = 0; c < kChunks; ++c) hw::mbar_init(&sm.full[s][c], kTma ? 1 : kProducerThreads);
-      hw::mbar_init(&sm.empty_l[s], 128);  // one warpgroup releases each half (see below)
-      hw::mbar_init(&sm.empty_r[s], 128);
+      // One warpgroup releases each half (see below); kFp8Cross: and the peer's 4 warps.
+      hw::mbar_init(&sm.empty_l[s], 128 + (kFp8Cross ? kCrossEmptyRemote : 0));
+      hw::mbar_init(&sm.empty_r[s], 128 + (kFp8Cross ? kCrossEmptyRemote : 0));
     }
     hw::mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (kFp8Cross)
+    hw::cluster_sync();  // the peer's barriers are initialised before this CTA uses them
+  else
+    __syncthreads();
   const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
   // The warpgroup index through a shuffle, so that the compiler knows it is warp-uniform and
   // keeps the wgmma of each warpgroup's path pipelined (no serialising arrive on a divergent path).
@@ -1167,7 +1290,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (pt == 0) tma_producer(sm, a, &kv_map, t_first, w0, w1);
       return;  // the other 127 threads have nothing to do; the CTA lives on with the consumers
     }
-    if constexpr (kPipelined) {
+    if constexpr (kFp8Cross) {
+      fp8_cross_producer<kSparse>(sm, a, t_first, w0, w1);
+      hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
+      hw::cluster_sync();       // both CTAs' consumers are done with this CTA's stores
+      return;
+    } else if constexpr (kPipelined) {
       pipelined_producer<Tq, kSparse>(sm, a, pt, t_first, w0, w1, g);
       hw::cp_async_wait_all();  // nothing of this thread's may land after it has exited
       return;
@@ -1203,6 +1331,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int w = wg, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);
+  // A half's release: this thread's arrival; kFp8Cross: the warp's on the peer's barrier too (its
+  // producer writes rows into this half), after every lane's reads (its wgmma wait).
+  auto release = [&](uint64_t* bar) {
+    hw::mbar_arrive(bar);
+    if constexpr (kFp8Cross) {
+      __syncwarp();
+      if (lane == 0) hw::mbar_arrive_cluster(hw::mapa(bar, hw::cluster_ctarank() ^ 1u));
+    }
+  };
   // P_a and P_b [64 × 64] BF16 SW128. Default: P_a in p0, P_b in Q's rope chunk (Q's rope lives
   // in registers, rq). Prefill variant: Q whole in shared memory, P_a in tile a's rope chunk
   // (stage 0, chunk 8: read by WG0's S_a only, and not refilled before WG1 releases a's R half
@@ -1247,7 +1384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           hw::fence_regs(s);
           mask_max(s, sm.valid[sa], a.scale_log2, cq, mx0, mx1);
         } else {
-          score_tile<false, kPipelined>(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
+          score_tile<false, kPipelined, kFp8Cross>(s, sm, sa, pha, rq, a.scale_log2, cq, mx0, mx1);
         }
         float ref0, ref1, sc0_0, sc0_1;
         raise_max(sm, sm.scale0, r0, mx0, mx1, ref0, ref1, sc0_0, sc0_1);
@@ -1264,7 +1401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         hw::wgmma_commit();
         hw::wgmma_wait<0>();
         hw::fence_regs(o);
-        hw::mbar_arrive(&sm.empty_l[sa]);  // a's L half: S_a and V_aL were its last readers
+        release(&sm.empty_l[sa]);  // a's L half: S_a and V_aL were its last readers
         hw::named_barrier(kBarScale1, kConsumerThreads);
         const float sc1_0 = sm.scale1[r0], sc1_1 = sm.scale1[r1];
         store_p_scaled(pa, pk, sc1_0, sc1_1, r0, cq);  // P_a · sc1, for WG1's V_aR
@@ -1285,7 +1422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           hw::wgmma_commit();
           hw::wgmma_wait<1>();  // P_b·V_bL done; S_a's L half may still run
           hw::fence_regs(o);
-          hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+          release(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
           qk_chunks<kLChunks, kChunks>(s, sm.q, sm.kv[sa], sm.full[sa], pha ^ 1u);
           hw::wgmma_commit();
           hw::wgmma_wait<0>();
@@ -1293,11 +1430,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           hw::wgmma_wait<0>();
           hw::fence_regs(o);
-          hw::mbar_arrive(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
+          release(&sm.empty_l[sb]);  // b's L half: S_b (WG1, earlier) and V_bL
         }
       } else {
         float mx0, mx1;
-        score_tile<kPipelined, kPipelined>(s, sm, sb, phb, rq, a.scale_log2, cq, mx0, mx1);
+        score_tile<kPipelined, kPipelined, kFp8Cross>(s, sm, sb, phb, rq, a.scale_log2, cq, mx0,
+                                                      mx1);
         hw::named_barrier(kBarScale0, kConsumerThreads);
         hw::fence_proxy_async();  // a's cp.async bytes (WG0 waited for them), read by wgmma here
         float ref0, ref1, sc1_0, sc1_1;
@@ -1327,10 +1465,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         hw::wgmma_commit();
         hw::named_arrive(kBarP1, kConsumerThreads);
         hw::wgmma_wait<1>();
-        hw::mbar_arrive(&sm.empty_r[sb]);  // b's R half: S_b and V_bR
+        release(&sm.empty_r[sb]);  // b's R half: S_b and V_bR
         hw::wgmma_wait<0>();
         hw::fence_regs(o);
-        hw::mbar_arrive(&sm.empty_r[sa]);  // a's R half: S_a (WG0, before P_a) and V_aR
+        release(&sm.empty_r[sa]);  // a's R half: S_a (WG0, before P_a) and V_aR
       }
     }
 
@@ -1340,6 +1478,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     hw::named_barrier(kBarSum, kConsumerThreads);  // row_sum and m free for the next token
     write_out<To>(a, o, t, part, w, r0, r1, cq, g, l0, l1, m0, m1);
   }
+  if constexpr (kFp8Cross) hw::cluster_sync();  // the peer's last arrivals on this CTA landed
 }
 }  // namespace seesaw
 
@@ -1372,42 +1511,56 @@ bool g_dense_tma = [] {
   return !(e && e[0] == '0');
 }();
 
-// FP8-cache calls with H a multiple of 128 take the crossover (kCross: clusters of two CTAs, each
-// dequantising half of every tile for both) when OSPREY_MLA_FP8_CROSSOVER=1 or
-// set_mla_fp8_crossover(true); off by default until an H200 run measures it against the lockstep
-// kernel (bench kernels --op mla, both settings).
-bool g_fp8_cross = [] {
-  const char* e = std::getenv("OSPREY_MLA_FP8_CROSSOVER");
-  return e && e[0] == '1';
-}();
+// The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
+// kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
+// its crossover (kCross) or the prefill variant with the crossover producer (kFp8Cross).
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined, or set_mla_fp8_kernel.
+int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
+MlaFp8Kernel fp8_kernel_setting() {
+  if (g_fp8_kernel_set < 0) {
+    const char* e = std::getenv("OSPREY_MLA_FP8");
+    const std::string_view v = e ? e : "lockstep";
+    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined",
+                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover' or 'pipelined', "
+                 "not '",
+                 v, "'");
+    g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
+                           : v == "pipelined" ? MlaFp8Kernel::Pipelined
+                                              : MlaFp8Kernel::Lockstep);
+  }
+  return MlaFp8Kernel(g_fp8_kernel_set);
+}
 int64_t g_fp8_cross_calls = 0;
 
-// How many clusters of two kCross CTAs (one per SM, kSmemBytes each) can be resident at once: the
-// split plan takes at most this many parts, so that every cluster of the grid runs in one wave (a
-// GPC with an odd number of free SMs leaves one idle).
-template <typename Tq, typename To, bool kSparse>
-int cross_max_clusters() {
-  static const int n = [] {
-    auto* k = mla_decode_sm90_kernel<Tq, To, true, kSparse, true>;
-    OSPREY_CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 2;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(sm_count() / 2), 2u, 1u);
-    cfg.blockDim = dim3(unsigned(kThreads), 1u, 1u);
-    cfg.dynamicSmemBytes = kSmemBytes;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
-    OSPREY_CHECK(clusters > 0, "MLA FP8 crossover: no cluster of two CTAs of ", kSmemBytes,
-                 " bytes of shared memory fits this device");
-    return clusters;
-  }();
+// Both crossover kernels run one CTA per SM (each takes over half of the 227 KB an SM has), so
+// the clusters of two that can be resident at once are the device's pairs of SMs in a GPC: the
+// split plan takes at most that many parts, so that every cluster of the grid runs in one wave.
+static_assert(2 * kSmemBytes > 232448 && 2 * seesaw::kSmemBytes > 232448,
+              "the crossover kernels must run one CTA per SM");
+template <typename K>
+int max_cluster_pairs(K* k, size_t smem) {
+  OSPREY_CUDA_CHECK(
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 2;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(sm_count() / 2), 2u, 1u);
+  cfg.blockDim = dim3(unsigned(kThreads), 1u, 1u);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  OSPREY_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, k, &cfg));
+  OSPREY_CHECK(clusters > 0, "MLA FP8 crossover: no cluster of two CTAs of ", smem,
+               " bytes of shared memory fits this device");
+  return clusters;
+}
+int resident_cluster_pairs() {
+  static const int n =
+      max_cluster_pairs(mla_decode_sm90_kernel<bf16, bf16, true, true, true>, kSmemBytes);
   return n;
 }
 
@@ -1489,14 +1642,32 @@ int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_to
 
 // kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. prefill: a sparse
 // BF16 call taking the prefill variant, 1 (pipelined) or 2 (overlapped); else 0.
-// cross: an FP8 call taking the crossover (grid.y even).
+// cross: an FP8 call taking a crossover kernel (grid.y even), Crossover or Pipelined.
 template <typename Tq, typename To, bool kFp8, bool kSparse>
-void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill, bool cross) {
+void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill,
+            MlaFp8Kernel cross) {
   if constexpr (kFp8) {
-    if (cross) {
-      (void)cross_max_clusters<Tq, To, kSparse>();  // sets the kernel's shared-memory size
-      launch_pdl_cluster(mla_decode_sm90_kernel<Tq, To, true, kSparse, true>, grid, kThreads,
-                         kSmemBytes, dim3(1u, 2u, 1u), a);
+    if (cross != MlaFp8Kernel::Lockstep) {
+      if (cross == MlaFp8Kernel::Crossover) {
+        auto* k = mla_decode_sm90_kernel<Tq, To, true, kSparse, true>;
+        static const bool configured = [&] {
+          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(kSmemBytes)));
+          return true;
+        }();
+        (void)configured;
+        launch_pdl_cluster(k, grid, kThreads, kSmemBytes, dim3(1u, 2u, 1u), a);
+      } else {
+        auto* k = seesaw::mla_seesaw_sm90_kernel<Tq, To, kSparse, false, true, false, true>;
+        static const bool configured = [&] {
+          OSPREY_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(seesaw::kSmemBytes)));
+          return true;
+        }();
+        (void)configured;
+        launch_pdl_cluster(k, grid, kThreads, seesaw::kSmemBytes, dim3(1u, 2u, 1u), a,
+                           CUtensorMap{});
+      }
       OSPREY_CUDA_LAUNCH_CHECK();
       ++g_fp8_cross_calls;
       return;
@@ -1560,7 +1731,7 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill, 
 
 template <typename Tq, typename To>
 void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtensorMap* kv_map,
-                 int prefill, bool cross) {
+                 int prefill, MlaFp8Kernel cross) {
   if (fp8) {
     if (sparse)
       launch<Tq, To, true, true>(a, grid, nullptr, 0, cross);
@@ -1568,22 +1739,10 @@ void launch_kind(const Params& a, dim3 grid, bool fp8, bool sparse, const CUtens
       launch<Tq, To, true, false>(a, grid, nullptr, 0, cross);
   } else {
     if (sparse)
-      launch<Tq, To, false, true>(a, grid, nullptr, prefill, false);
+      launch<Tq, To, false, true>(a, grid, nullptr, prefill, MlaFp8Kernel::Lockstep);
     else
-      launch<Tq, To, false, false>(a, grid, kv_map, 0, false);
+      launch<Tq, To, false, false>(a, grid, kv_map, 0, MlaFp8Kernel::Lockstep);
   }
-}
-// cross_max_clusters of the instance a call takes.
-int cross_clusters(bool q_bf16, bool out_bf16, bool sparse) {
-  if (q_bf16)
-    return out_bf16 ? (sparse ? cross_max_clusters<bf16, bf16, true>()
-                              : cross_max_clusters<bf16, bf16, false>())
-                    : (sparse ? cross_max_clusters<bf16, float, true>()
-                              : cross_max_clusters<bf16, float, false>());
-  return out_bf16 ? (sparse ? cross_max_clusters<float, bf16, true>()
-                            : cross_max_clusters<float, bf16, false>())
-                  : (sparse ? cross_max_clusters<float, float, true>()
-                            : cross_max_clusters<float, float, false>());
 }
 }  // namespace
 
@@ -1622,13 +1781,18 @@ int64_t mla_prefill_variant_calls() {
   return g_prefill_variant_calls;
 }
 
-bool set_mla_fp8_crossover(bool enabled) {
-  const bool was = g_fp8_cross;
-  g_fp8_cross = enabled;
+MlaFp8Kernel set_mla_fp8_kernel(MlaFp8Kernel k) {
+  const MlaFp8Kernel was = fp8_kernel_setting();
+  g_fp8_kernel_set = int(k);
   return was;
 }
-bool mla_fp8_crossover_enabled() {
-  return g_fp8_cross;
+MlaFp8Kernel mla_fp8_kernel() {
+  return fp8_kernel_setting();
+}
+const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
+  return k == MlaFp8Kernel::Crossover   ? "crossover"
+         : k == MlaFp8Kernel::Pipelined ? "pipelined"
+                                        : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
   return g_fp8_cross_calls;
@@ -1679,11 +1843,11 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   if (m.n_tokens == 0) return;
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
-  // The crossover pairs head groups 2·i, 2·i + 1 of a part in one cluster.
-  const bool cross = fp8 && g_fp8_cross && groups % 2 == 0;
+  // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
+  const MlaFp8Kernel cross = fp8 && groups % 2 == 0 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
-  if (cross)
-    n_parts = std::max(1, std::min(n_parts, cross_clusters(q_bf16, out_bf16, sparse) * 2 / groups));
+  if (cross != MlaFp8Kernel::Lockstep)
+    n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));
   const int64_t clamp = sparse ? topk_indices.size(1) : int64_t(INT32_MAX);
   // Prompt chunks (and MTP verify steps: several query tokens a sequence) cut their runs at equal
   // cost with a per-token charge; decode batches at equal blocks (split_kv.cuh).

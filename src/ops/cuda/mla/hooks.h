@@ -52,13 +52,17 @@ int64_t mla_prefill_variant_calls();
 // A/B and the tests' second path). Returns the previous setting.
 bool set_mla_combine_few_splits(bool enabled);
 bool mla_combine_few_splits();
-// FP8-cache calls with H a multiple of 128 (both head groups of a part in one cluster of two
-// CTAs, each dequantising half of every key tile for both: the crossover) when true; the lockstep
-// kernel dequantising every tile in each CTA when false (the default until measured;
-// OSPREY_MLA_FP8_CROSSOVER=1 sets true). Returns the previous setting.
-bool set_mla_fp8_crossover(bool enabled);
-bool mla_fp8_crossover_enabled();
-// How many calls the crossover has served.
+// The kernel of FP8-cache calls with H a multiple of 128: Lockstep (every CTA dequantises every
+// key tile it reads; the default until measured), Crossover (the lockstep kernel with both head
+// groups of a part in a cluster of two CTAs, each dequantising half of every tile for both) or
+// Pipelined (the BF16 prefill variant's consumers over the crossover's dequantised tiles).
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined. Other FP8 calls (H ≤ 64) keep the lockstep
+// kernel. Returns the previous setting.
+enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined };
+MlaFp8Kernel set_mla_fp8_kernel(MlaFp8Kernel k);
+MlaFp8Kernel mla_fp8_kernel();
+const char* mla_fp8_kernel_name(MlaFp8Kernel k);
+// How many calls the crossover kernels (Crossover or Pipelined) have served.
 int64_t mla_fp8_crossover_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
