@@ -77,6 +77,9 @@ constexpr int kThreads = 384, kConsumerThreads = 256, kProducerThreads = 128;
 // setmaxnreg moves registers within the CTA's own pool (384 threads × the 168 the entry cap
 // gives = 64512): 128·96 + 256·200 = 63488 fits; a larger consumer share would block forever.
 constexpr int kProducerRegs = 96, kConsumerRegs = 200;
+// The crossover's pipelined producer holds two tiles' latent (64 registers): the pool's rest.
+constexpr int kCrossProducerRegs = 104, kCrossConsumerRegs = 200;  // 128·104 + 256·200 = 384·168
+static_assert(128 * kCrossProducerRegs + 256 * kCrossConsumerRegs <= 384 * 168, "setmaxnreg pool");
 constexpr int kFp8Bytes = kLat + 4 * (kLat / 128) + 2 * kRope;  // 656
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarSum = 4;
@@ -415,6 +418,77 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
   }
 }
 
+// The crossover's producer, software-pipelined over the part's tiles (measured on the H100,
+// 2026-12-07: with one tile's lookups, scale and loads issued only as the tile comes up, the
+// crossover ran no faster than the lockstep kernel, 169.1 against 168.7 µs at B = 64: a tile's
+// chain of dependent loads, top-k entry → block table → scale and latent, is what the producer
+// waits on, not the conversions). Here, while tile i is converted, the latent of tile i + 1 is in
+// flight (its rows known) and the rows of tile i + 2 are being looked up: the chain is hidden
+// behind two tiles of work. The part's run is w1 − w0 tiles (one per plan block); a walker
+// (token t, its tile b) yields the rows of the next tile to look up, −1 past the run.
+struct TileWalk {
+  int t, b;      // the next tile to look up: token t's tile b
+  TokenRun run;  // token t's share of the part
+};
+template <bool kSparse>
+__device__ __forceinline__ void walk_rows(const Params& a, TileWalk& w, int32_t w0, int32_t w1,
+                                          int rr, int rd, int32_t& row_r, int32_t& row_d) {
+  while (w.b >= w.run.b1 && w.t + 1 < a.n_tokens && a.cum[w.t + 1] < w1) {
+    ++w.t;
+    w.run = token_run<kSparse>(a, w.t, w0, w1);
+    w.b = w.run.b0;
+  }
+  row_r = row_d = -1;
+  if (w.b < w.run.b1) {
+    row_r = int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + rr));
+    row_d = int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + rd));
+    ++w.b;
+  }
+}
+template <bool kSparse>
+__device__ __forceinline__ void cross_producer(Smem& sm, const Params& a, int pt, int t_first,
+                                               int32_t w0, int32_t w1, uint32_t rank) {
+  const uint32_t peer = rank ^ 1u;
+  const int r = pt >> 1, half = pt & 1;  // rope and valid: row r, units 4·half ..
+  const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;  // dequantised
+  TileWalk w;
+  w.t = t_first;
+  w.run = token_run<kSparse>(a, t_first, w0, w1);
+  w.b = w.run.b0;
+  int32_t r0, d0, r1, d1;  // rows of tiles i and i + 1
+  walk_rows<kSparse>(a, w, w0, w1, r, rd, r0, d0);
+  walk_rows<kSparse>(a, w, w0, w1, r, rd, r1, d1);
+  float sc0 = fetch_fp8_scale(a, quarter, d0);
+  uint4 v0[8];
+  load_fp8_quarter(v0, a, quarter, d0);
+  const int n = w1 - w0;
+  for (int it = 0; it < n; ++it) {
+    const int stage = it % kStages;
+    // Tile i + 1's latent and scale, tile i + 2's rows: in flight while tile i is stored.
+    const float sc1 = fetch_fp8_scale(a, quarter, d1);
+    uint4 v1[8];
+    load_fp8_quarter(v1, a, quarter, d1);
+    int32_t r2, d2;
+    walk_rows<kSparse>(a, w, w0, w1, r, rd, r2, d2);
+    hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+    if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
+    if (half == 0) sm.valid[stage][r] = r0 >= 0 ? 1 : 0;
+    copy_fp8_rope(sm.kv[stage], a, r, half, r0);
+    store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
+                            hw::mapa(&sm.remote[stage], peer), v0, rd, quarter, sc0);
+    hw::cp_async_wait_all();  // the rope
+    hw::fence_proxy_async();
+    hw::mbar_arrive(&sm.full[stage]);
+    r0 = r1;
+    d0 = d1;
+    r1 = r2;
+    d1 = d2;
+    sc0 = sc1;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v0[k] = v1[k];
+  }
+}
+
 // kCross (FP8 cache, H a multiple of 128, launched in clusters of 1 × 2 CTAs: the two head
 // groups of each part): the crossover above. Per stage, `full` counts the 128 local producer
 // threads (their rows and rope landed), `remote` one local expect_tx arrival plus the peer's
@@ -452,10 +526,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
   const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
 
   if (tid >= kConsumerThreads) {  // ---- producer warpgroup ----
-    hw::regs_dealloc<kProducerRegs>();
+    hw::regs_dealloc<kCross ? kCrossProducerRegs : kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, half = pt & 1;
-    // kCross: this thread's dequantised row (in the CTA's half of the tile) and scale tile.
-    [[maybe_unused]] const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;
+    if constexpr (kCross) {
+      cross_producer<kSparse>(sm, a, pt, t_first, w0, w1, rank);
+      hw::cluster_sync();  // the consumers of both CTAs are done
+      return;
+    }
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
       const TokenRun run = token_run<kSparse>(a, t, w0, w1);
@@ -466,38 +543,24 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
         // The row's index (and an FP8 row's scales) before the stage is free: the top-k and
         // block-table lookups overlap the consumers' use of it.
         const int64_t row = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r);
-        if constexpr (kCross) {
-          const int64_t row_d = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + rd);
-          const float scale = fetch_fp8_scale(a, quarter, row_d);
-          uint4 v[8];
-          load_fp8_quarter(v, a, quarter, row_d);
-          hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-          if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
-          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-          copy_fp8_rope(sm.kv[stage], a, r, half, row);
-          store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
-                                  hw::mapa(&sm.remote[stage], peer), v, rd, quarter, scale);
-        } else {
-          [[maybe_unused]] float2 scales;
-          if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
-          hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-          if constexpr (kFp8)
-            store_fp8_half(sm.kv[stage], a, r, half, row, scales);
-          else
-            load_row_half_bf16(sm.kv[stage], a, r, half, row);
-        }
+        [[maybe_unused]] float2 scales;
+        if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
+        hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+        if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
+        if constexpr (kFp8)
+          store_fp8_half(sm.kv[stage], a, r, half, row, scales);
+        else
+          load_row_half_bf16(sm.kv[stage], a, r, half, row);
         hw::cp_async_wait_all();  // BF16 rows, or the FP8 rows' rope part
         hw::fence_proxy_async();
         hw::mbar_arrive(&sm.full[stage]);
       }
     }
-    if constexpr (kCross) hw::cluster_sync();  // the consumers of both CTAs are done
     return;
   }
 
   // ---- consumer warpgroups ----
-  hw::regs_alloc<kConsumerRegs>();
+  hw::regs_alloc<kCross ? kCrossConsumerRegs : kConsumerRegs>();
   const int w = tid >> 7, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);                             // its column offset in an 8-group
