@@ -122,6 +122,7 @@ struct Params {
   const int32_t* first_part;  // [n_tokens]
   const int32_t* n_splits;    // [n_tokens]
   int n_tokens;
+  int fp8_lookahead;  // FP8, not kCross: lookahead_producer instead of the per-tile lookups
 };
 
 // Attended entries of token t: L_t as in the plan.
@@ -430,19 +431,81 @@ struct TileWalk {
   int t, b;      // the next tile to look up: token t's tile b
   TokenRun run;  // token t's share of the part
 };
+// Moves the walker to the next token with a tile left in the part; false past the run.
 template <bool kSparse>
-__device__ __forceinline__ void walk_rows(const Params& a, TileWalk& w, int32_t w0, int32_t w1,
-                                          int rr, int rd, int32_t& row_r, int32_t& row_d) {
+__device__ __forceinline__ bool walk_next(const Params& a, TileWalk& w, int32_t w0, int32_t w1) {
   while (w.b >= w.run.b1 && w.t + 1 < a.n_tokens && a.cum[w.t + 1] < w1) {
     ++w.t;
     w.run = token_run<kSparse>(a, w.t, w0, w1);
     w.b = w.run.b0;
   }
+  return w.b < w.run.b1;
+}
+// Row i of the walker's tile (−1: not attended).
+template <bool kSparse>
+__device__ __forceinline__ int32_t walk_row(const Params& a, const TileWalk& w, int i) {
+  return int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + i));
+}
+template <bool kSparse>
+__device__ __forceinline__ TileWalk walk_start(const Params& a, int t_first, int32_t w0,
+                                               int32_t w1) {
+  TileWalk w;
+  w.t = t_first;
+  w.run = token_run<kSparse>(a, t_first, w0, w1);
+  w.b = w.run.b0;
+  return w;
+}
+// The next tile's rows rr and rd (−1 past the run), the walker moved past it.
+template <bool kSparse>
+__device__ __forceinline__ void walk_rows(const Params& a, TileWalk& w, int32_t w0, int32_t w1,
+                                          int rr, int rd, int32_t& row_r, int32_t& row_d) {
   row_r = row_d = -1;
-  if (w.b < w.run.b1) {
-    row_r = int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + rr));
-    row_d = int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + rd));
+  if (walk_next<kSparse>(a, w, w0, w1)) {
+    row_r = walk_row<kSparse>(a, w, rr);
+    row_d = walk_row<kSparse>(a, w, rd);
     ++w.b;
+  }
+}
+// The next tile's row rr (−1 past the run), the walker moved past it.
+template <bool kSparse>
+__device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, int32_t w0,
+                                                int32_t w1, int rr) {
+  int32_t row = -1;
+  if (walk_next<kSparse>(a, w, w0, w1)) {
+    row = walk_row<kSparse>(a, w, rr);
+    ++w.b;
+  }
+  return row;
+}
+
+// The lockstep FP8 producer with its lookups a tile ahead (Params::fp8_lookahead,
+// OSPREY_MLA_FP8=lookahead): while tile i's latent is loaded and converted, tile i + 1's scales
+// and tile i + 2's row (top-k entry → block table) are in flight, so after the stage wait only
+// the latent's one round trip is exposed, not the chain of four. Thread pt: row pt / 2, half
+// pt % 2, as in the kernel's own loop; the latent stays after the wait (its 64 registers before
+// it spilled 80 bytes at 96).
+template <bool kSparse>
+__device__ __forceinline__ void lookahead_producer(Smem& sm, const Params& a, int pt, int t_first,
+                                                   int32_t w0, int32_t w1) {
+  const int r = pt >> 1, half = pt & 1;
+  TileWalk w = walk_start<kSparse>(a, t_first, w0, w1);
+  int32_t r0 = walk_one_row<kSparse>(a, w, w0, w1, r);
+  int32_t r1 = walk_one_row<kSparse>(a, w, w0, w1, r);
+  float2 s0 = fetch_fp8_scales(a, half, r0);
+  const int n = w1 - w0;
+  for (int it = 0; it < n; ++it) {
+    const int stage = it % kStages;
+    const float2 s1 = fetch_fp8_scales(a, half, r1);
+    const int32_t r2 = walk_one_row<kSparse>(a, w, w0, w1, r);
+    hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+    if (half == 0) sm.valid[stage][r] = r0 >= 0 ? 1 : 0;
+    store_fp8_half(sm.kv[stage], a, r, half, r0, s0);
+    hw::cp_async_wait_all();  // the rope
+    hw::fence_proxy_async();
+    hw::mbar_arrive(&sm.full[stage]);
+    r0 = r1;
+    r1 = r2;
+    s0 = s1;
   }
 }
 template <bool kSparse>
@@ -451,10 +514,7 @@ __device__ __forceinline__ void cross_producer(Smem& sm, const Params& a, int pt
   const uint32_t peer = rank ^ 1u;
   const int r = pt >> 1, half = pt & 1;  // rope and valid: row r, units 4·half ..
   const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;  // dequantised
-  TileWalk w;
-  w.t = t_first;
-  w.run = token_run<kSparse>(a, t_first, w0, w1);
-  w.b = w.run.b0;
+  TileWalk w = walk_start<kSparse>(a, t_first, w0, w1);
   int32_t r0, d0, r1, d1;  // rows of tiles i and i + 1
   walk_rows<kSparse>(a, w, w0, w1, r, rd, r0, d0);
   walk_rows<kSparse>(a, w, w0, w1, r, rd, r1, d1);
@@ -532,6 +592,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       cross_producer<kSparse>(sm, a, pt, t_first, w0, w1, rank);
       hw::cluster_sync();  // the consumers of both CTAs are done
       return;
+    }
+    if constexpr (kFp8) {
+      if (a.fp8_lookahead) {
+        lookahead_producer<kSparse>(sm, a, pt, t_first, w0, w1);
+        return;
+      }
     }
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
@@ -1577,23 +1643,26 @@ bool g_dense_tma = [] {
 // The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
 // kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
 // its crossover (kCross) or the prefill variant with the crossover producer (kFp8Cross).
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined, or set_mla_fp8_kernel.
+// Lookahead: the lockstep kernel with lookahead_producer (any H).
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined|lookahead, or set_mla_fp8_kernel.
 int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
 MlaFp8Kernel fp8_kernel_setting() {
   if (g_fp8_kernel_set < 0) {
     const char* e = std::getenv("OSPREY_MLA_FP8");
     const std::string_view v = e ? e : "lockstep";
-    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined",
-                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover' or 'pipelined', "
-                 "not '",
+    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "lookahead",
+                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover', 'pipelined' or "
+                 "'lookahead', not '",
                  v, "'");
     g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
                            : v == "pipelined" ? MlaFp8Kernel::Pipelined
+                           : v == "lookahead" ? MlaFp8Kernel::Lookahead
                                               : MlaFp8Kernel::Lockstep);
   }
   return MlaFp8Kernel(g_fp8_kernel_set);
 }
 int64_t g_fp8_cross_calls = 0;
+int64_t g_fp8_lookahead_calls = 0;
 
 // Both crossover kernels run one CTA per SM (each takes over half of the 227 KB an SM has), so
 // the clusters of two that can be resident at once are the device's pairs of SMs in a GPC: the
@@ -1855,10 +1924,14 @@ MlaFp8Kernel mla_fp8_kernel() {
 const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
   return k == MlaFp8Kernel::Crossover   ? "crossover"
          : k == MlaFp8Kernel::Pipelined ? "pipelined"
+         : k == MlaFp8Kernel::Lookahead ? "lookahead"
                                         : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
   return g_fp8_cross_calls;
+}
+int64_t mla_fp8_lookahead_calls() {
+  return g_fp8_lookahead_calls;
 }
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
@@ -1907,7 +1980,9 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
-  const MlaFp8Kernel cross = fp8 && groups % 2 == 0 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
+  const MlaFp8Kernel setting = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
+  const bool lookahead = setting == MlaFp8Kernel::Lookahead;
+  const MlaFp8Kernel cross = groups % 2 == 0 && !lookahead ? setting : MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
   if (cross != MlaFp8Kernel::Lockstep)
     n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));
@@ -1920,6 +1995,8 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   a.q = q.data;
   a.cache = static_cast<const uint8_t*>(cache.data);
   a.token_bytes = fp8 ? kFp8Bytes : kWidth * 2;
+  a.fp8_lookahead = lookahead ? 1 : 0;
+  if (lookahead) ++g_fp8_lookahead_calls;
   a.out = out.data;
   a.lse = lse.data ? lse.ptr<float>() : nullptr;
   a.part_o = static_cast<float*>(
