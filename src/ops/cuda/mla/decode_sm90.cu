@@ -122,7 +122,7 @@ struct Params {
   const int32_t* first_part;  // [n_tokens]
   const int32_t* n_splits;    // [n_tokens]
   int n_tokens;
-  int fp8_lookahead;  // FP8, not kCross: lookahead_producer instead of the per-tile lookups
+  int fp8_rowwise;  // FP8, not kCross: rowwise_producer instead of the per-thread half rows
 };
 
 // Attended entries of token t: L_t as in the plan.
@@ -478,36 +478,91 @@ __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, in
   return row;
 }
 
-// The lockstep FP8 producer with its lookups a tile ahead (Params::fp8_lookahead,
-// OSPREY_MLA_FP8=lookahead): while tile i's latent is loaded and converted, tile i + 1's scales
-// and tile i + 2's row (top-k entry → block table) are in flight, so after the stage wait only
-// the latent's one round trip is exposed, not the chain of four. Thread pt: row pt / 2, half
-// pt % 2, as in the kernel's own loop; the latent stays after the wait (its 64 registers before
-// it spilled 80 bytes at 96).
+// The lockstep FP8 producer by rows (Params::fp8_rowwise, OSPREY_MLA_FP8=rowwise). Measured on
+// the H200 (2026-12-07, Nsight Compute at B = 64): the lockstep kernel's L1/TEX pipe was 70%
+// busy and its warps stalled mostly on L1TEX scoreboards, while the tensor pipe ran at 20-30%.
+// Its producer thread (row pt / 2, half pt % 2) loads 256 contiguous bytes in 16 loads, so each
+// warp-wide load touches 32 rows' lines (32 L1 wavefronts a request). Here a warp takes 16 whole
+// rows and a load instruction reads one row's 512 latent bytes, 16 a lane (4 lines a request):
+// warp pw: tile rows 16·pw .. 16·pw + 15; lane l: the row's 16-value unit l (values 16·l ..,
+// scale tile l / 8), written as BF16 units 2·l, 2·l + 1 of chunk l / 4. Lane j < 16 (and j + 16)
+// holds row 16·pw + j's cache row; lane l gathers the scales of rows l / 4 and 8 + l / 4 (tile
+// l % 4) in two loads; rows and scales reach the other lanes by shuffles. The rope goes by
+// cp.async, 4 rows an instruction (lane: row 4·k + l / 8, unit l % 8). Lookups run ahead: while
+// tile i is loaded and converted, tile i + 1's scales and tile i + 2's rows are in flight.
+// Odd chunks store their two units in the opposite order, so a store instruction's 32 lanes fill
+// all 8 16-byte slots of a 128-byte bank line (4 wavefronts, not 8).
+__device__ __forceinline__ void rowwise_scales(const Params& a, int32_t row, int lane, float& s0,
+                                               float& s1) {
+  const int q = lane & 3;
+  const int32_t ra = __shfl_sync(0xffffffffu, row, lane >> 2);
+  const int32_t rb = __shfl_sync(0xffffffffu, row, 8 + (lane >> 2));
+  s0 = ra >= 0
+           ? *reinterpret_cast<const float*>(a.cache + int64_t(ra) * a.token_bytes + kLat + 4 * q)
+           : 0.0f;
+  s1 = rb >= 0
+           ? *reinterpret_cast<const float*>(a.cache + int64_t(rb) * a.token_bytes + kLat + 4 * q)
+           : 0.0f;
+}
 template <bool kSparse>
-__device__ __forceinline__ void lookahead_producer(Smem& sm, const Params& a, int pt, int t_first,
-                                                   int32_t w0, int32_t w1) {
-  const int r = pt >> 1, half = pt & 1;
+__device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int pt, int t_first,
+                                                 int32_t w0, int32_t w1) {
+  const int pw = pt >> 5, lane = pt & 31, rbase = 16 * pw;
+  const int my = rbase + (lane & 15);  // the tile row this lane looks up
   TileWalk w = walk_start<kSparse>(a, t_first, w0, w1);
-  int32_t r0 = walk_one_row<kSparse>(a, w, w0, w1, r);
-  int32_t r1 = walk_one_row<kSparse>(a, w, w0, w1, r);
-  float2 s0 = fetch_fp8_scales(a, half, r0);
+  int32_t r0 = walk_one_row<kSparse>(a, w, w0, w1, my);
+  int32_t r1 = walk_one_row<kSparse>(a, w, w0, w1, my);
+  float s0a, s0b;
+  rowwise_scales(a, r0, lane, s0a, s0b);
+  const int chunk = lane >> 2, uu0 = 2 * (lane & 3), flip = chunk & 1;
   const int n = w1 - w0;
   for (int it = 0; it < n; ++it) {
     const int stage = it % kStages;
-    const float2 s1 = fetch_fp8_scales(a, half, r1);
-    const int32_t r2 = walk_one_row<kSparse>(a, w, w0, w1, r);
+    float s1a, s1b;
+    rowwise_scales(a, r1, lane, s1a, s1b);
+    const int32_t r2 = walk_one_row<kSparse>(a, w, w0, w1, my);
     hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-    if (half == 0) sm.valid[stage][r] = r0 >= 0 ? 1 : 0;
-    store_fp8_half(sm.kv[stage], a, r, half, r0, s0);
+    uint8_t* tile = sm.kv[stage];
+    if (lane < 16) sm.valid[stage][my] = r0 >= 0 ? 1 : 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // rope: rows 4·k .. 4·k + 3, 8 lanes a row
+      const int j = 4 * k + (lane >> 3), ru = lane & 7, r = rbase + j;
+      const int32_t rj = __shfl_sync(0xffffffffu, r0, j);
+      const uint8_t* pe =
+          a.cache + int64_t(rj >= 0 ? rj : 0) * a.token_bytes + kLat + 4 * (kLat / 128) + 16 * ru;
+      hw::cp_async_16(tile + 8 * kChunkBytes + r * 128 + ((uint32_t(ru) ^ uint32_t(r & 7)) << 4),
+                      pe, rj >= 0 ? 16u : 0u);
+    }
+    uint4 v[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int32_t rj = __shfl_sync(0xffffffffu, r0, j);
+      v[j] = rj >= 0 ? hw::ld_nc_16(a.cache + int64_t(rj) * a.token_bytes + 16 * lane)
+                     : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int r = rbase + j;
+      const uint32_t sw = uint32_t(r & 7);
+      const float sc = __shfl_sync(0xffffffffu, j < 8 ? s0a : s0b, (j & 7) * 4 + (lane >> 3));
+      const uint4 x = flip ? make_uint4(v[j].z, v[j].w, v[j].x, v[j].y) : v[j];
+      const uint2 a0 = dequant4(x.x, sc), a1 = dequant4(x.y, sc);
+      const uint2 b0 = dequant4(x.z, sc), b1 = dequant4(x.w, sc);
+      uint8_t* d = tile + chunk * kChunkBytes + r * 128;
+      hw::st_shared_16(d + ((uint32_t(uu0 + flip) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
+      hw::st_shared_16(d + ((uint32_t(uu0 + 1 - flip) ^ sw) << 4),
+                       make_uint4(b0.x, b0.y, b1.x, b1.y));
+    }
     hw::cp_async_wait_all();  // the rope
     hw::fence_proxy_async();
     hw::mbar_arrive(&sm.full[stage]);
     r0 = r1;
     r1 = r2;
-    s0 = s1;
+    s0a = s1a;
+    s0b = s1b;
   }
 }
+
 template <bool kSparse>
 __device__ __forceinline__ void cross_producer(Smem& sm, const Params& a, int pt, int t_first,
                                                int32_t w0, int32_t w1, uint32_t rank) {
@@ -594,8 +649,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       return;
     }
     if constexpr (kFp8) {
-      if (a.fp8_lookahead) {
-        lookahead_producer<kSparse>(sm, a, pt, t_first, w0, w1);
+      if (a.fp8_rowwise) {
+        rowwise_producer<kSparse>(sm, a, pt, t_first, w0, w1);
         return;
       }
     }
@@ -1643,26 +1698,26 @@ bool g_dense_tma = [] {
 // The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
 // kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
 // its crossover (kCross) or the prefill variant with the crossover producer (kFp8Cross).
-// Lookahead: the lockstep kernel with lookahead_producer (any H).
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined|lookahead, or set_mla_fp8_kernel.
+// Rowwise: the lockstep kernel with rowwise_producer (any H).
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined|rowwise, or set_mla_fp8_kernel.
 int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
 MlaFp8Kernel fp8_kernel_setting() {
   if (g_fp8_kernel_set < 0) {
     const char* e = std::getenv("OSPREY_MLA_FP8");
     const std::string_view v = e ? e : "lockstep";
-    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "lookahead",
+    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "rowwise",
                  "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover', 'pipelined' or "
-                 "'lookahead', not '",
+                 "'rowwise', not '",
                  v, "'");
     g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
                            : v == "pipelined" ? MlaFp8Kernel::Pipelined
-                           : v == "lookahead" ? MlaFp8Kernel::Lookahead
+                           : v == "rowwise"   ? MlaFp8Kernel::Rowwise
                                               : MlaFp8Kernel::Lockstep);
   }
   return MlaFp8Kernel(g_fp8_kernel_set);
 }
 int64_t g_fp8_cross_calls = 0;
-int64_t g_fp8_lookahead_calls = 0;
+int64_t g_fp8_rowwise_calls = 0;
 
 // Both crossover kernels run one CTA per SM (each takes over half of the 227 KB an SM has), so
 // the clusters of two that can be resident at once are the device's pairs of SMs in a GPC: the
@@ -1924,14 +1979,14 @@ MlaFp8Kernel mla_fp8_kernel() {
 const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
   return k == MlaFp8Kernel::Crossover   ? "crossover"
          : k == MlaFp8Kernel::Pipelined ? "pipelined"
-         : k == MlaFp8Kernel::Lookahead ? "lookahead"
+         : k == MlaFp8Kernel::Rowwise   ? "rowwise"
                                         : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
   return g_fp8_cross_calls;
 }
-int64_t mla_fp8_lookahead_calls() {
-  return g_fp8_lookahead_calls;
+int64_t mla_fp8_rowwise_calls() {
+  return g_fp8_rowwise_calls;
 }
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
@@ -1981,8 +2036,8 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
   const MlaFp8Kernel setting = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
-  const bool lookahead = setting == MlaFp8Kernel::Lookahead;
-  const MlaFp8Kernel cross = groups % 2 == 0 && !lookahead ? setting : MlaFp8Kernel::Lockstep;
+  const bool rowwise = setting == MlaFp8Kernel::Rowwise;
+  const MlaFp8Kernel cross = groups % 2 == 0 && !rowwise ? setting : MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
   if (cross != MlaFp8Kernel::Lockstep)
     n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));
@@ -1995,8 +2050,8 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   a.q = q.data;
   a.cache = static_cast<const uint8_t*>(cache.data);
   a.token_bytes = fp8 ? kFp8Bytes : kWidth * 2;
-  a.fp8_lookahead = lookahead ? 1 : 0;
-  if (lookahead) ++g_fp8_lookahead_calls;
+  a.fp8_rowwise = rowwise ? 1 : 0;
+  if (rowwise) ++g_fp8_rowwise_calls;
   a.out = out.data;
   a.lse = lse.data ? lse.ptr<float>() : nullptr;
   a.part_o = static_cast<float*>(
