@@ -206,8 +206,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     // ("  overlapped", "  seesaw": OSPREY_MLA_SPARSE_DECODE).
     // An FP8 row runs the lockstep kernel, then the crossover kernels ("  crossover": the two
     // head groups of a part in a cluster of two CTAs, each dequantising half of every tile for
-    // both; "  pipelined": the prefill variant's consumers over those tiles; "  rowwise": the
-    // lockstep kernel with a producer whose warp loads are whole rows; OSPREY_MLA_FP8).
+    // both; "  pipelined": the prefill variant's consumers over those tiles; OSPREY_MLA_FP8).
     using ops::cuda::MlaFp8Kernel;
     struct Variant {
       MlaPrefillKernel kernel;
@@ -220,8 +219,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     if (s.fp8)
       variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel, MlaFp8Kernel::Lockstep},
                   {ops::cuda::mla_prefill_kernel(), cost0, "  crossover", MlaFp8Kernel::Crossover},
-                  {ops::cuda::mla_prefill_kernel(), cost0, "  pipelined", MlaFp8Kernel::Pipelined},
-                  {ops::cuda::mla_prefill_kernel(), cost0, "  rowwise", MlaFp8Kernel::Rowwise}};
+                  {ops::cuda::mla_prefill_kernel(), cost0, "  pipelined", MlaFp8Kernel::Pipelined}};
     const bool bf16_prefill = std::string_view(s.kernel) == "sparse prefill" && !s.fp8;
     const bool bf16_decode = std::string_view(s.kernel) == "sparse decode" && !s.fp8 && s.s_q == 1;
     if (bf16_decode)
@@ -245,7 +243,6 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       const int cost_was = ops::cuda::set_mla_prefill_token_cost(v.cost);
       const MlaFp8Kernel fp8_was = ops::cuda::set_mla_fp8_kernel(v.fp8);
       const int64_t cross0 = ops::cuda::mla_fp8_crossover_calls();
-      const int64_t rowwise0 = ops::cuda::mla_fp8_rowwise_calls();
       DeviceBuffer out(DType::BF16, {in.n_tokens, kHeads, kLora});
       auto call = [&] { ops::mla_attention_absorbed(out, in.q, in.cache, in.dev, topk, kScale); };
       const int64_t calls0 = ops::cuda::mla_sm90_calls();
@@ -260,12 +257,9 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       OSPREY_CHECK(variant == (((bf16_prefill || bf16_decode) && pk != MlaPrefillKernel::Seesaw) ||
                                bf16_multi),
                    s.kernel, ": the prefill variant ", variant ? "took" : "did not take", " it");
-      const bool cross = v.fp8 == MlaFp8Kernel::Crossover || v.fp8 == MlaFp8Kernel::Pipelined;
+      const bool cross = v.fp8 != MlaFp8Kernel::Lockstep;
       OSPREY_CHECK((ops::cuda::mla_fp8_crossover_calls() > cross0) == cross, s.kernel,
                    ": the crossover ", cross ? "did not take" : "took", " it");
-      const bool rowwise = v.fp8 == MlaFp8Kernel::Rowwise;
-      OSPREY_CHECK((ops::cuda::mla_fp8_rowwise_calls() > rowwise0) == rowwise, s.kernel,
-                   ": the rowwise producer ", rowwise ? "did not take" : "took", " it");
       call();
       cuda::synchronize();
       ops::cuda::set_mla_prefill_kernel(pk_was);

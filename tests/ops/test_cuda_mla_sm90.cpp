@@ -364,19 +364,16 @@ struct Fp8Kernel {
 // consumers, or the prefill variant's) against the CPU twin on every kind of call they take:
 // sparse decode at contexts 1–9000, one sequence (32 splits), 56 sequences, s_q = 2 with repeated
 // indices, a prompt chunk with F32 q and out, dense decode over partial blocks up to 65536 keys;
-// the lockstep kernel and its rowwise producer take the same calls, and 64 or 16 heads (one
-// head group, nothing to pair) never take a crossover kernel (the rowwise producer serves them).
+// the lockstep kernel takes the same calls, and 64 or 16 heads (one head group, nothing to pair)
+// never take a crossover kernel.
 TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   OSPREY_REQUIRE_GPU();
   using ops::cuda::MlaFp8Kernel;
   auto run = [](const Case& c, MlaFp8Kernel k, bool takes) {
     Fp8Kernel scope(k);
     const int64_t before = ops::cuda::mla_fp8_crossover_calls();
-    const int64_t rowwise = ops::cuda::mla_fp8_rowwise_calls();
     run_case(c);
     EXPECT_EQ(ops::cuda::mla_fp8_crossover_calls(), before + (takes ? 1 : 0))
-        << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
-    EXPECT_EQ(ops::cuda::mla_fp8_rowwise_calls(), rowwise + (k == MlaFp8Kernel::Rowwise ? 1 : 0))
         << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
   };
   std::vector<Case> cases;
@@ -398,14 +395,13 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   for (Case& c : cases) {
     c.fp8 = true;
     for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, true);
-    for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::Rowwise}) run(c, k, false);
+    run(c, MlaFp8Kernel::Lockstep, false);
   }
   for (int64_t heads : {64, 16}) {
     Case c{{5000, 700, 3}, {1, 2, 1}};
     c.heads = heads;
     c.fp8 = true;
-    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined, MlaFp8Kernel::Rowwise})
-      run(c, k, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, false);
   }
 }
 

@@ -732,12 +732,17 @@ int64_t group_max_tokens() {
 // Past the grouped limit, up to kSwapAbWideMaxTokens, a linear of at most this many weight bytes
 // still takes the grouped launch (one 64-token tile): the small matrices of a decode step
 // (q_a + kv_a + wk, q_b + wq_b, the shared expert's gate + up) pay a cuBLASLt GEMM's fixed latency
-// each, where one grouped launch streams them together. 0 (the default): off.
-// OSPREY_FP8_SWAPAB_WIDE_MAX_MB=N for A/B runs.
+// each, where one grouped launch streams them together. The default, 48 MB, takes those three on
+// V3.2 and leaves the dense MLP's gate + up (2 × 18432 × 7168 = 132 MB a group; it lost alone,
+// 153.7 against 148.8 µs) on cuBLASLt. Measured in `bench step --preset dsv32 --batch 56,64
+// --cuda-graph` (2026-12-07): graph step B = 64 10.940 / 10.830 ms against 10.995 / 11.017 (H100,
+// two alternated rounds), 8.792 against 8.941 (H200); B = 56 faster in all three; 143 kernels a
+// step against 184. OSPREY_FP8_SWAPAB_WIDE_MAX_MB=N (0: off) for A/B runs.
+constexpr int kWideMaxMbDefault = 48;
 int64_t g_wide_max_bytes = -1;  // -1: not read yet
 int64_t wide_max_bytes() {
   if (g_wide_max_bytes < 0)
-    g_wide_max_bytes = int_from_env("OSPREY_FP8_SWAPAB_WIDE_MAX_MB", 0, 4096) << 20;
+    g_wide_max_bytes = int_from_env("OSPREY_FP8_SWAPAB_WIDE_MAX_MB", kWideMaxMbDefault, 4096) << 20;
   return g_wide_max_bytes;
 }
 

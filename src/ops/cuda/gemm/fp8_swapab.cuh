@@ -44,8 +44,8 @@ bool fp8_swapab_group_serves(int64_t n, int64_t N, int64_t K);
 void set_fp8_swapab_group_max_tokens(int64_t n);
 int64_t fp8_swapab_group_max_tokens();
 // Past that limit, up to kSwapAbWideMaxTokens, a linear of at most fp8_swapab_wide_max_bytes()
-// weight bytes (N · K) is served by the grouped launch too (OSPREY_FP8_SWAPAB_WIDE_MAX_MB; 0, the
-// default, turns it off). The single-linear path and the producers' quantisation layout
+// weight bytes (N · K) is served by the grouped launch too (OSPREY_FP8_SWAPAB_WIDE_MAX_MB, default
+// 48; 0 turns it off). The single-linear path and the producers' quantisation layout
 // (fp8_act_shape) keep the token limit alone.
 constexpr int64_t kSwapAbWideMaxTokens = 64;
 void set_fp8_swapab_wide_max_bytes(int64_t bytes);

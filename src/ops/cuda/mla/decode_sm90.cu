@@ -77,9 +77,6 @@ constexpr int kThreads = 384, kConsumerThreads = 256, kProducerThreads = 128;
 // setmaxnreg moves registers within the CTA's own pool (384 threads × the 168 the entry cap
 // gives = 64512): 128·96 + 256·200 = 63488 fits; a larger consumer share would block forever.
 constexpr int kProducerRegs = 96, kConsumerRegs = 200;
-// The crossover's pipelined producer holds two tiles' latent (64 registers): the pool's rest.
-constexpr int kCrossProducerRegs = 104, kCrossConsumerRegs = 200;  // 128·104 + 256·200 = 384·168
-static_assert(128 * kCrossProducerRegs + 256 * kCrossConsumerRegs <= 384 * 168, "setmaxnreg pool");
 constexpr int kFp8Bytes = kLat + 4 * (kLat / 128) + 2 * kRope;  // 656
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarSum = 4;
@@ -122,7 +119,6 @@ struct Params {
   const int32_t* first_part;  // [n_tokens]
   const int32_t* n_splits;    // [n_tokens]
   int n_tokens;
-  int fp8_rowwise;  // FP8, not kCross: rowwise_producer instead of the per-thread half rows
 };
 
 // Attended entries of token t: L_t as in the plan.
@@ -161,18 +157,8 @@ __device__ __forceinline__ void load_row_half_bf16(uint8_t* tile, const Params& 
   }
 }
 
-// FP8 rows in two steps: fetch_fp8_scales reads the half's two tile scales before the producer
-// waits for the stage to be released (with the row index, found before the wait too: the top-k
-// and block-table lookups and this load overlap the consumers' use of the stage);
-// store_fp8_half then copies the rope (cp.async), loads the half's latent bytes and writes them
-// dequantised into the stage. (Loading the latent before the wait as well made ptxas spill 80
-// bytes in the 96-register producer.)
-// Latent: 512 e4m3 = 32 units of 16 values, this half takes 16 (tiles 2·half, 2·half + 1);
-// rope: 64 BF16 = 8 units of 8, this half takes 4.
-__device__ __forceinline__ float2 fetch_fp8_scales(const Params& a, int half, int64_t row) {
-  if (row < 0) return make_float2(0.0f, 0.0f);
-  return *reinterpret_cast<const float2*>(a.cache + row * a.token_bytes + kLat + 8 * half);
-}
+// FP8 rows (656 bytes: 512 e4m3 latent values, 4 F32 scales of 128 values each, 64 BF16 rope):
+// the lockstep kernel's rows come by rowwise_producer below, the crossover's by the helpers here.
 // Half `half` of row r's rope (BF16, no conversion: 4 units of 8) straight to shared memory by
 // cp.async; zero-filled for an invalid row.
 __device__ __forceinline__ void copy_fp8_rope(uint8_t* tile, const Params& a, int r, int half,
@@ -187,31 +173,6 @@ __device__ __forceinline__ void copy_fp8_rope(uint8_t* tile, const Params& a, in
     const int u = kLat / 8 + ru, chunk = u >> 3, uu = u & 7;
     hw::cp_async_16(dst_row + chunk * kChunkBytes + ((uint32_t(uu) ^ sw) << 4), pe + ru * 16,
                     ok ? 16u : 0u);
-  }
-}
-__device__ __forceinline__ void store_fp8_half(uint8_t* tile, const Params& a, int r, int half,
-                                               int64_t row, float2 scales) {
-  const bool ok = row >= 0;
-  uint8_t* dst_row = tile + r * 128;  // + chunk · kChunkBytes
-  const uint32_t sw = uint32_t(r & 7);
-  const uint8_t* src = a.cache + (ok ? row : 0) * a.token_bytes;
-  copy_fp8_rope(tile, a, r, half, row);
-  // The half's 16 latent units all in flight at once (one memory round trip per stage).
-  // L1-allocating: a 16-byte load uses half of its 32-byte sector, the other half is the next.
-  uint4 v[16];
-#pragma unroll
-  for (int k = 0; k < 16; ++k)
-    v[k] = ok ? hw::ld_nc_16(src + (half * 16 + k) * 16) : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const int vu = half * 16 + k;                  // 16-value unit of the latent
-    const float sk = k < 8 ? scales.x : scales.y;  // 128-value tile: 8 units each
-    const uint2 a0 = dequant4(v[k].x, sk), a1 = dequant4(v[k].y, sk);
-    const uint2 b0 = dequant4(v[k].z, sk), b1 = dequant4(v[k].w, sk);
-    const int u0 = 2 * vu, chunk = u0 >> 3, uu = u0 & 7;  // two 8-value BF16 units
-    uint8_t* d = dst_row + chunk * kChunkBytes;
-    hw::st_shared_16(d + ((uint32_t(uu) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
-    hw::st_shared_16(d + ((uint32_t(uu + 1) ^ sw) << 4), make_uint4(b0.x, b0.y, b1.x, b1.y));
   }
 }
 
@@ -419,14 +380,11 @@ __device__ __forceinline__ void write_out(const Params& a, const float (&o)[128]
   }
 }
 
-// The crossover's producer, software-pipelined over the part's tiles (measured on the H100,
-// 2026-12-07: with one tile's lookups, scale and loads issued only as the tile comes up, the
-// crossover ran no faster than the lockstep kernel, 169.1 against 168.7 µs at B = 64: a tile's
-// chain of dependent loads, top-k entry → block table → scale and latent, is what the producer
-// waits on, not the conversions). Here, while tile i is converted, the latent of tile i + 1 is in
-// flight (its rows known) and the rows of tile i + 2 are being looked up: the chain is hidden
-// behind two tiles of work. The part's run is w1 − w0 tiles (one per plan block); a walker
-// (token t, its tile b) yields the rows of the next tile to look up, −1 past the run.
+// The part's run is w1 − w0 tiles (one per plan block); a walker (token t, its tile b) yields
+// the rows of the next tile to look up, −1 past the run, so a producer can look rows up tiles
+// ahead of the one it fills. (A crossover producer that kept the next tile's latent in flight
+// too, 104 registers, measured 15% slower than the per-tile one on the H200, 2026-12-07:
+// 203.7 against 177.0 µs at B = 64; bench/RESULTS.md.)
 struct TileWalk {
   int t, b;      // the next tile to look up: token t's tile b
   TokenRun run;  // token t's share of the part
@@ -455,17 +413,6 @@ __device__ __forceinline__ TileWalk walk_start(const Params& a, int t_first, int
   w.b = w.run.b0;
   return w;
 }
-// The next tile's rows rr and rd (−1 past the run), the walker moved past it.
-template <bool kSparse>
-__device__ __forceinline__ void walk_rows(const Params& a, TileWalk& w, int32_t w0, int32_t w1,
-                                          int rr, int rd, int32_t& row_r, int32_t& row_d) {
-  row_r = row_d = -1;
-  if (walk_next<kSparse>(a, w, w0, w1)) {
-    row_r = walk_row<kSparse>(a, w, rr);
-    row_d = walk_row<kSparse>(a, w, rd);
-    ++w.b;
-  }
-}
 // The next tile's row rr (−1 past the run), the walker moved past it.
 template <bool kSparse>
 __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, int32_t w0,
@@ -478,12 +425,15 @@ __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, in
   return row;
 }
 
-// The lockstep FP8 producer by rows (Params::fp8_rowwise, OSPREY_MLA_FP8=rowwise). Measured on
-// the H200 (2026-12-07, Nsight Compute at B = 64): the lockstep kernel's L1/TEX pipe was 70%
-// busy and its warps stalled mostly on L1TEX scoreboards, while the tensor pipe ran at 20-30%.
-// Its producer thread (row pt / 2, half pt % 2) loads 256 contiguous bytes in 16 loads, so each
-// warp-wide load touches 32 rows' lines (32 L1 wavefronts a request). Here a warp takes 16 whole
-// rows and a load instruction reads one row's 512 latent bytes, 16 a lane (4 lines a request):
+// The lockstep kernel's FP8 producer, by rows. Measured on the H200 (2026-12-07, Nsight Compute
+// at B = 64): with a producer thread for each half row (256 contiguous bytes in 16 loads, so each
+// warp-wide load touched 32 rows' lines, 32 L1 wavefronts a request) the L1/TEX pipe was 70%
+// busy, the tensor pipe 20-30%. Here a warp takes 16 whole rows and a load instruction reads one
+// row's 512 latent bytes, 16 a lane (4 lines a request): L1/TEX 50% busy (H100, ncu), and the
+// kernel 2.5% faster (H100: 173.4 against 177.9 µs at B = 64; 23.9 / 24.3 at B = 1; 68.0 / 70.4
+// at B = 16; faster at every bench row), the rows and scales looked up a tile ahead giving most
+// of it (3% on the H200 alone). The kernel stays at 1.7× FlashMLA: neither the L1 pipe nor the
+// lookup chain was its bound (bench/RESULTS.md). Layout:
 // warp pw: tile rows 16·pw .. 16·pw + 15; lane l: the row's 16-value unit l (values 16·l ..,
 // scale tile l / 8), written as BF16 units 2·l, 2·l + 1 of chunk l / 4. Lane j < 16 (and j + 16)
 // holds row 16·pw + j's cache row; lane l gathers the scales of rows l / 4 and 8 + l / 4 (tile
@@ -563,47 +513,6 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
   }
 }
 
-template <bool kSparse>
-__device__ __forceinline__ void cross_producer(Smem& sm, const Params& a, int pt, int t_first,
-                                               int32_t w0, int32_t w1, uint32_t rank) {
-  const uint32_t peer = rank ^ 1u;
-  const int r = pt >> 1, half = pt & 1;  // rope and valid: row r, units 4·half ..
-  const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;  // dequantised
-  TileWalk w = walk_start<kSparse>(a, t_first, w0, w1);
-  int32_t r0, d0, r1, d1;  // rows of tiles i and i + 1
-  walk_rows<kSparse>(a, w, w0, w1, r, rd, r0, d0);
-  walk_rows<kSparse>(a, w, w0, w1, r, rd, r1, d1);
-  float sc0 = fetch_fp8_scale(a, quarter, d0);
-  uint4 v0[8];
-  load_fp8_quarter(v0, a, quarter, d0);
-  const int n = w1 - w0;
-  for (int it = 0; it < n; ++it) {
-    const int stage = it % kStages;
-    // Tile i + 1's latent and scale, tile i + 2's rows: in flight while tile i is stored.
-    const float sc1 = fetch_fp8_scale(a, quarter, d1);
-    uint4 v1[8];
-    load_fp8_quarter(v1, a, quarter, d1);
-    int32_t r2, d2;
-    walk_rows<kSparse>(a, w, w0, w1, r, rd, r2, d2);
-    hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-    if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
-    if (half == 0) sm.valid[stage][r] = r0 >= 0 ? 1 : 0;
-    copy_fp8_rope(sm.kv[stage], a, r, half, r0);
-    store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
-                            hw::mapa(&sm.remote[stage], peer), v0, rd, quarter, sc0);
-    hw::cp_async_wait_all();  // the rope
-    hw::fence_proxy_async();
-    hw::mbar_arrive(&sm.full[stage]);
-    r0 = r1;
-    d0 = d1;
-    r1 = r2;
-    d1 = d2;
-    sc0 = sc1;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v0[k] = v1[k];
-  }
-}
-
 // kCross (FP8 cache, H a multiple of 128, launched in clusters of 1 × 2 CTAs: the two head
 // groups of each part): the crossover above. Per stage, `full` counts the 128 local producer
 // threads (their rows and rope landed), `remote` one local expect_tx arrival plus the peer's
@@ -641,19 +550,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
   const int t_first = seq_of_token(a.cum, a.n_tokens, w0);
 
   if (tid >= kConsumerThreads) {  // ---- producer warpgroup ----
-    hw::regs_dealloc<kCross ? kCrossProducerRegs : kProducerRegs>();
+    hw::regs_dealloc<kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, half = pt & 1;
-    if constexpr (kCross) {
-      cross_producer<kSparse>(sm, a, pt, t_first, w0, w1, rank);
-      hw::cluster_sync();  // the consumers of both CTAs are done
+    if constexpr (kFp8 && !kCross) {
+      rowwise_producer<kSparse>(sm, a, pt, t_first, w0, w1);
       return;
     }
-    if constexpr (kFp8) {
-      if (a.fp8_rowwise) {
-        rowwise_producer<kSparse>(sm, a, pt, t_first, w0, w1);
-        return;
-      }
-    }
+    // kCross: this thread's dequantised row (in the CTA's half of the tile) and scale tile.
+    [[maybe_unused]] const int rd = kCrossRows * int(rank) + (pt >> 2), quarter = pt & 3;
     int it = 0;
     for (int t = t_first; t < a.n_tokens && a.cum[t] < w1; ++t) {
       const TokenRun run = token_run<kSparse>(a, t, w0, w1);
@@ -661,27 +565,36 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       const int64_t p = run.p;
       for (int b = b0; b < b1; ++b, ++it) {
         const int stage = it % kStages;
-        // The row's index (and an FP8 row's scales) before the stage is free: the top-k and
-        // block-table lookups overlap the consumers' use of it.
+        // The row's index (and the crossover's scale and latent) before the stage is free: the
+        // top-k and block-table lookups overlap the consumers' use of it.
         const int64_t row = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + r);
-        [[maybe_unused]] float2 scales;
-        if constexpr (kFp8) scales = fetch_fp8_scales(a, half, row);
-        hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
-        if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
-        if constexpr (kFp8)
-          store_fp8_half(sm.kv[stage], a, r, half, row, scales);
-        else
+        if constexpr (kCross) {
+          const int64_t row_d = attended_row<kSparse>(a, t, s, p, L, b * kBlockN + rd);
+          const float scale = fetch_fp8_scale(a, quarter, row_d);
+          uint4 v[8];
+          load_fp8_quarter(v, a, quarter, row_d);
+          hw::mbar_wait_cluster(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+          if (pt == 0) hw::mbar_arrive_expect_tx(&sm.remote[stage], kCrossBytes);
+          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
+          copy_fp8_rope(sm.kv[stage], a, r, half, row);
+          store_fp8_quarter_cross(sm.kv[stage], hw::mapa(sm.kv[stage], peer),
+                                  hw::mapa(&sm.remote[stage], peer), v, rd, quarter, scale);
+        } else {
+          hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
+          if (half == 0) sm.valid[stage][r] = row >= 0 ? 1 : 0;
           load_row_half_bf16(sm.kv[stage], a, r, half, row);
-        hw::cp_async_wait_all();  // BF16 rows, or the FP8 rows' rope part
+        }
+        hw::cp_async_wait_all();  // BF16 rows, or the crossover's rope
         hw::fence_proxy_async();
         hw::mbar_arrive(&sm.full[stage]);
       }
     }
+    if constexpr (kCross) hw::cluster_sync();  // the consumers of both CTAs are done
     return;
   }
 
   // ---- consumer warpgroups ----
-  hw::regs_alloc<kCross ? kCrossConsumerRegs : kConsumerRegs>();
+  hw::regs_alloc<kConsumerRegs>();
   const int w = tid >> 7, ct = tid & 127, lane = tid & 31;
   const int r0 = 16 * (ct >> 5) + (lane >> 2), r1 = r0 + 8;  // this thread's two head rows
   const int cq = 2 * (lane & 3);                             // its column offset in an 8-group
@@ -1698,26 +1611,23 @@ bool g_dense_tma = [] {
 // The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
 // kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
 // its crossover (kCross) or the prefill variant with the crossover producer (kFp8Cross).
-// Rowwise: the lockstep kernel with rowwise_producer (any H).
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined|rowwise, or set_mla_fp8_kernel.
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined, or set_mla_fp8_kernel.
 int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
 MlaFp8Kernel fp8_kernel_setting() {
   if (g_fp8_kernel_set < 0) {
     const char* e = std::getenv("OSPREY_MLA_FP8");
     const std::string_view v = e ? e : "lockstep";
-    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "rowwise",
-                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover', 'pipelined' or "
-                 "'rowwise', not '",
+    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined",
+                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover' or 'pipelined', "
+                 "not '",
                  v, "'");
     g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
                            : v == "pipelined" ? MlaFp8Kernel::Pipelined
-                           : v == "rowwise"   ? MlaFp8Kernel::Rowwise
                                               : MlaFp8Kernel::Lockstep);
   }
   return MlaFp8Kernel(g_fp8_kernel_set);
 }
 int64_t g_fp8_cross_calls = 0;
-int64_t g_fp8_rowwise_calls = 0;
 
 // Both crossover kernels run one CTA per SM (each takes over half of the 227 KB an SM has), so
 // the clusters of two that can be resident at once are the device's pairs of SMs in a GPC: the
@@ -1979,14 +1889,10 @@ MlaFp8Kernel mla_fp8_kernel() {
 const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
   return k == MlaFp8Kernel::Crossover   ? "crossover"
          : k == MlaFp8Kernel::Pipelined ? "pipelined"
-         : k == MlaFp8Kernel::Rowwise   ? "rowwise"
                                         : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
   return g_fp8_cross_calls;
-}
-int64_t mla_fp8_rowwise_calls() {
-  return g_fp8_rowwise_calls;
 }
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
@@ -2035,9 +1941,7 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
-  const MlaFp8Kernel setting = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
-  const bool rowwise = setting == MlaFp8Kernel::Rowwise;
-  const MlaFp8Kernel cross = groups % 2 == 0 && !rowwise ? setting : MlaFp8Kernel::Lockstep;
+  const MlaFp8Kernel cross = fp8 && groups % 2 == 0 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
   if (cross != MlaFp8Kernel::Lockstep)
     n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));
@@ -2050,8 +1954,6 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   a.q = q.data;
   a.cache = static_cast<const uint8_t*>(cache.data);
   a.token_bytes = fp8 ? kFp8Bytes : kWidth * 2;
-  a.fp8_rowwise = rowwise ? 1 : 0;
-  if (rowwise) ++g_fp8_rowwise_calls;
   a.out = out.data;
   a.lse = lse.data ? lse.ptr<float>() : nullptr;
   a.part_o = static_cast<float*>(

@@ -56,17 +56,14 @@ bool mla_combine_few_splits();
 // key tile it reads; the default until measured), Crossover (the lockstep kernel with both head
 // groups of a part in a cluster of two CTAs, each dequantising half of every tile for both) or
 // Pipelined (the BF16 prefill variant's consumers over the crossover's dequantised tiles).
-// Other FP8 calls (H ≤ 64) keep the lockstep kernel. Rowwise: the lockstep kernel, any H, with a
-// producer whose warps load whole rows (coalesced) and look rows and scales up a tile ahead.
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined|rowwise. Returns the previous setting.
-enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined, Rowwise };
+// OSPREY_MLA_FP8=lockstep|crossover|pipelined. Other FP8 calls (H ≤ 64) keep the lockstep
+// kernel. Returns the previous setting.
+enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined };
 MlaFp8Kernel set_mla_fp8_kernel(MlaFp8Kernel k);
 MlaFp8Kernel mla_fp8_kernel();
 const char* mla_fp8_kernel_name(MlaFp8Kernel k);
 // How many calls the crossover kernels (Crossover or Pipelined) have served.
 int64_t mla_fp8_crossover_calls();
-// How many calls the rowwise producer has served.
-int64_t mla_fp8_rowwise_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
 
