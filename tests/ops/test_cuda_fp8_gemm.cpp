@@ -142,10 +142,13 @@ TEST(CudaOps, LinearFp8SwapAbStepsAsideOutsideItsClass) {
 // one grid: each y within the CPU twin's tolerance, with the linears grouped or a launch each, on
 // one block an item (the default) or the persistent grid (the grid and the grouping change only the
 // split-K choice, so the values agree to F32 summation order); a grouped launch repeated gives the
-// same bits; past the swap-AB class (33 tokens) a linear() each, bit for bit.
+// same bits; past the swap-AB class (33 tokens), with the wide limit off, a linear() each, bit for
+// bit (the wide limit, on by default: SmallLinearsPastTheGroupLimitWithTheWideLimit).
 TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
   OSPREY_REQUIRE_GPU();
   ops::cuda::set_fp8_swapab(true);
+  const int64_t was_wide = ops::cuda::fp8_swapab_wide_max_bytes();
+  ops::cuda::set_fp8_swapab_wide_max_bytes(0);
   struct Case {
     int64_t in;
     std::vector<int64_t> outs;
@@ -201,6 +204,7 @@ TEST(CudaOps, LinearsOfOneInputShareOneLaunch) {
       }
     }
   }
+  ops::cuda::set_fp8_swapab_wide_max_bytes(was_wide);
 }
 
 // The dense path's stage depth changes the split-K sums between 16-token tiles (4 k-blocks a stage,
