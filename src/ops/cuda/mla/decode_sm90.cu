@@ -430,10 +430,13 @@ __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, in
 // warp-wide load touched 32 rows' lines, 32 L1 wavefronts a request) the L1/TEX pipe was 70%
 // busy, the tensor pipe 20-30%. Here a warp takes 16 whole rows and a load instruction reads one
 // row's 512 latent bytes, 16 a lane (4 lines a request): L1/TEX 50% busy (H100, ncu), and the
-// kernel 2.5% faster (H100: 173.4 against 177.9 µs at B = 64; 23.9 / 24.3 at B = 1; 68.0 / 70.4
-// at B = 16; faster at every bench row), the rows and scales looked up a tile ahead giving most
-// of it (3% on the H200 alone). The kernel stays at 1.7× FlashMLA: neither the L1 pipe nor the
-// lookup chain was its bound (bench/RESULTS.md). Layout:
+// kernel faster at every bench row (H100, beside the half-row producer in one binary: 173.4
+// against 177.9 µs at B = 64, 23.9 / 24.3 at B = 1, 68.0 / 70.4 at B = 16; alone in the kernel,
+// the next call: 163.7 at B = 64). Nsight Compute's source counters on this kernel (H100, B = 64)
+// put a third of the consumers' samples on the wait for `full`: the producer is the bound. Its
+// own samples: ~17% on the walker's top-k and block-table loads (the chain of tile i + 2, still
+// waited on inside the iteration), ~15% on the latent loads' first use after the stage wait, and
+// over half issuing (the conversion's ~3 instructions a value). Layout:
 // warp pw: tile rows 16·pw .. 16·pw + 15; lane l: the row's 16-value unit l (values 16·l ..,
 // scale tile l / 8), written as BF16 units 2·l, 2·l + 1 of chunk l / 4. Lane j < 16 (and j + 16)
 // holds row 16·pw + j's cache row; lane l gathers the scales of rows l / 4 and 8 + l / 4 (tile
