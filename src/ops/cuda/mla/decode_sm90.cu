@@ -447,15 +447,8 @@ __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, in
 // all 8 16-byte slots of a 128-byte bank line (4 wavefronts, not 8).
 __device__ __forceinline__ void rowwise_scales(const Params& a, int32_t row, int lane, float& s0,
                                                float& s1) {
-  const int q = lane & 3;
-  const int32_t ra = __shfl_sync(0xffffffffu, row, lane >> 2);
-  const int32_t rb = __shfl_sync(0xffffffffu, row, 8 + (lane >> 2));
-  s0 = ra >= 0
-           ? *reinterpret_cast<const float*>(a.cache + int64_t(ra) * a.token_bytes + kLat + 4 * q)
-           : 0.0f;
-  s1 = rb >= 0
-           ? *reinterpret_cast<const float*>(a.cache + int64_t(rb) * a.token_bytes + kLat + 4 * q)
-           : 0.0f;
+  s0 = fetch_fp8_scale(a, lane & 3, __shfl_sync(0xffffffffu, row, lane >> 2));
+  s1 = fetch_fp8_scale(a, lane & 3, __shfl_sync(0xffffffffu, row, 8 + (lane >> 2)));
 }
 template <bool kSparse>
 __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int pt, int t_first,
