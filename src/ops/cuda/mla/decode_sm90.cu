@@ -413,6 +413,31 @@ __device__ __forceinline__ TileWalk walk_start(const Params& a, int t_first, int
   w.b = w.run.b0;
   return w;
 }
+// A row's lookup in two steps, so that neither load is waited on in the iteration that issues
+// it: walk_entry loads the top-k entry (the cache position j) of the next tile's row rr and
+// keeps what entry_row needs; entry_row, an iteration later, checks j and loads its block-table
+// entry. (−1 past the run, for an entry not attended or past the position.)
+struct RowEntry {
+  int32_t j, seq, p;
+};
+template <bool kSparse>
+__device__ __forceinline__ RowEntry walk_entry(const Params& a, TileWalk& w, int32_t w0, int32_t w1,
+                                               int rr) {
+  RowEntry e{-1, 0, 0};
+  if (walk_next<kSparse>(a, w, w0, w1)) {
+    const int i = w.b * kBlockN + rr;
+    if (i < w.run.L) e.j = kSparse ? a.topk[int64_t(w.t) * a.topk_k + i] : i;
+    e.seq = w.run.seq;
+    e.p = int32_t(w.run.p);
+    ++w.b;
+  }
+  return e;
+}
+__device__ __forceinline__ int32_t entry_row(const Params& a, RowEntry e) {
+  if (e.j < 0 || e.j > e.p) return -1;
+  return a.block_table[int64_t(e.seq) * a.max_blocks + e.j / a.block_size] * a.block_size +
+         e.j % a.block_size;
+}
 // The next tile's row rr (−1 past the run), the walker moved past it.
 template <bool kSparse>
 __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, int32_t w0,
@@ -456,8 +481,12 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
   const int pw = pt >> 5, lane = pt & 31, rbase = 16 * pw;
   const int my = rbase + (lane & 15);  // the tile row this lane looks up
   TileWalk w = walk_start<kSparse>(a, t_first, w0, w1);
+  // Tile i's row and scales, tile i + 1's row, tile i + 2's top-k entry; in iteration i tile
+  // i + 3's entry is loaded, tile i + 2's block-table entry and tile i + 1's scales, each first
+  // used an iteration later.
   int32_t r0 = walk_one_row<kSparse>(a, w, w0, w1, my);
   int32_t r1 = walk_one_row<kSparse>(a, w, w0, w1, my);
+  RowEntry e2 = walk_entry<kSparse>(a, w, w0, w1, my);
   float s0a, s0b;
   rowwise_scales(a, r0, lane, s0a, s0b);
   const int chunk = lane >> 2, uu0 = 2 * (lane & 3), flip = chunk & 1;
@@ -466,7 +495,8 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
     const int stage = it % kStages;
     float s1a, s1b;
     rowwise_scales(a, r1, lane, s1a, s1b);
-    const int32_t r2 = walk_one_row<kSparse>(a, w, w0, w1, my);
+    const int32_t r2 = entry_row(a, e2);
+    const RowEntry e3 = walk_entry<kSparse>(a, w, w0, w1, my);
     hw::mbar_wait(&sm.empty[stage], ((it / kStages) & 1) ^ 1);
     uint8_t* tile = sm.kv[stage];
     if (lane < 16) sm.valid[stage][my] = r0 >= 0 ? 1 : 0;
@@ -504,6 +534,7 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
     hw::mbar_arrive(&sm.full[stage]);
     r0 = r1;
     r1 = r2;
+    e2 = e3;
     s0a = s1a;
     s0b = s1b;
   }
