@@ -459,15 +459,18 @@ __device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, in
 // against 177.9 µs at B = 64, 23.9 / 24.3 at B = 1, 68.0 / 70.4 at B = 16; alone in the kernel,
 // the next call: 163.7 at B = 64). Nsight Compute's source counters on this kernel (H100, B = 64)
 // put a third of the consumers' samples on the wait for `full`: the producer is the bound. Its
-// own samples: ~17% on the walker's top-k and block-table loads (the chain of tile i + 2, still
+// own samples: ~17% on the walker's top-k and block-table loads (then the chain of tile i + 2,
 // waited on inside the iteration), ~15% on the latent loads' first use after the stage wait, and
-// over half issuing (the conversion's ~3 instructions a value). Layout:
+// over half issuing (the conversion's ~3 instructions a value). So the lookup is now split across
+// iterations (RowEntry): 164.4 -> 160.6 µs at B = 64, 1-2.5% at every B >= 16 row (H100, the two
+// binaries alternated twice in one call, 2026-12-07). Layout:
 // warp pw: tile rows 16·pw .. 16·pw + 15; lane l: the row's 16-value unit l (values 16·l ..,
 // scale tile l / 8), written as BF16 units 2·l, 2·l + 1 of chunk l / 4. Lane j < 16 (and j + 16)
 // holds row 16·pw + j's cache row; lane l gathers the scales of rows l / 4 and 8 + l / 4 (tile
 // l % 4) in two loads; rows and scales reach the other lanes by shuffles. The rope goes by
 // cp.async, 4 rows an instruction (lane: row 4·k + l / 8, unit l % 8). Lookups run ahead: while
-// tile i is loaded and converted, tile i + 1's scales and tile i + 2's rows are in flight.
+// tile i is loaded and converted, tile i + 1's scales, tile i + 2's block-table entries and tile
+// i + 3's top-k entries are in flight.
 // Odd chunks store their two units in the opposite order, so a store instruction's 32 lanes fill
 // all 8 16-byte slots of a 128-byte bank line (4 wavefronts, not 8).
 __device__ __forceinline__ void rowwise_scales(const Params& a, int32_t row, int lane, float& s0,
