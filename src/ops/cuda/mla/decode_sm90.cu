@@ -277,15 +277,23 @@ __device__ __forceinline__ TokenRun token_run(const Params& a, int t, int32_t w0
 }
 
 // The latent cache row of entry i of token t (sequence s, position p, L attended entries), or −1
-// for an entry not attended (i ≥ L, a −1 index, or past the position).
+// for an entry not attended (i ≥ L, a −1 index, or past the position), in two lookups:
+// attended_entry gives the entry's cache position j (the top-k load; −1 for i ≥ L), cache_row
+// its row (the block-table load; −1 for j < 0 or j > p).
 template <bool kSparse>
-__device__ __forceinline__ int64_t attended_row(const Params& a, int t, int s, int64_t p, int L,
-                                                int i) {
-  int64_t j = -1;
-  if (i < L) j = kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
+__device__ __forceinline__ int64_t attended_entry(const Params& a, int t, int L, int i) {
+  if (i >= L) return -1;
+  return kSparse ? int64_t(a.topk[int64_t(t) * a.topk_k + i]) : int64_t(i);
+}
+__device__ __forceinline__ int64_t cache_row(const Params& a, int s, int64_t p, int64_t j) {
   if (j < 0 || j > p) return -1;
   return int64_t(a.block_table[int64_t(s) * a.max_blocks + j / a.block_size]) * a.block_size +
          j % a.block_size;
+}
+template <bool kSparse>
+__device__ __forceinline__ int64_t attended_row(const Params& a, int t, int s, int64_t p, int L,
+                                                int i) {
+  return cache_row(a, s, p, attended_entry<kSparse>(a, t, L, i));
 }
 
 // Q of token t, heads 64·g .. 64·g + 63, its first kUnits·8 columns as BF16 into the SW128 tile q
@@ -399,11 +407,6 @@ __device__ __forceinline__ bool walk_next(const Params& a, TileWalk& w, int32_t 
   }
   return w.b < w.run.b1;
 }
-// Row i of the walker's tile (−1: not attended).
-template <bool kSparse>
-__device__ __forceinline__ int32_t walk_row(const Params& a, const TileWalk& w, int i) {
-  return int32_t(attended_row<kSparse>(a, w.t, w.run.seq, w.run.p, w.run.L, w.b * kBlockN + i));
-}
 template <bool kSparse>
 __device__ __forceinline__ TileWalk walk_start(const Params& a, int t_first, int32_t w0,
                                                int32_t w1) {
@@ -413,10 +416,10 @@ __device__ __forceinline__ TileWalk walk_start(const Params& a, int t_first, int
   w.b = w.run.b0;
   return w;
 }
-// A row's lookup in two steps, so that neither load is waited on in the iteration that issues
-// it: walk_entry loads the top-k entry (the cache position j) of the next tile's row rr and
-// keeps what entry_row needs; entry_row, an iteration later, checks j and loads its block-table
-// entry. (−1 past the run, for an entry not attended or past the position.)
+// attended_row's two lookups for a walker, so that neither load need be waited on in the
+// iteration that issues it: walk_entry takes the next tile's row rr through attended_entry (the
+// walker moved past the tile; j = −1 past the run) and keeps what entry_row, an iteration later,
+// passes to cache_row.
 struct RowEntry {
   int32_t j, seq, p;
 };
@@ -425,8 +428,7 @@ __device__ __forceinline__ RowEntry walk_entry(const Params& a, TileWalk& w, int
                                                int rr) {
   RowEntry e{-1, 0, 0};
   if (walk_next<kSparse>(a, w, w0, w1)) {
-    const int i = w.b * kBlockN + rr;
-    if (i < w.run.L) e.j = kSparse ? a.topk[int64_t(w.t) * a.topk_k + i] : i;
+    e.j = int32_t(attended_entry<kSparse>(a, w.t, w.run.L, w.b * kBlockN + rr));
     e.seq = w.run.seq;
     e.p = int32_t(w.run.p);
     ++w.b;
@@ -434,20 +436,7 @@ __device__ __forceinline__ RowEntry walk_entry(const Params& a, TileWalk& w, int
   return e;
 }
 __device__ __forceinline__ int32_t entry_row(const Params& a, RowEntry e) {
-  if (e.j < 0 || e.j > e.p) return -1;
-  return a.block_table[int64_t(e.seq) * a.max_blocks + e.j / a.block_size] * a.block_size +
-         e.j % a.block_size;
-}
-// The next tile's row rr (−1 past the run), the walker moved past it.
-template <bool kSparse>
-__device__ __forceinline__ int32_t walk_one_row(const Params& a, TileWalk& w, int32_t w0,
-                                                int32_t w1, int rr) {
-  int32_t row = -1;
-  if (walk_next<kSparse>(a, w, w0, w1)) {
-    row = walk_row<kSparse>(a, w, rr);
-    ++w.b;
-  }
-  return row;
+  return int32_t(cache_row(a, e.seq, e.p, e.j));
 }
 
 // The lockstep kernel's FP8 producer, by rows. Measured on the H200 (2026-12-07, Nsight Compute
@@ -487,8 +476,8 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
   // Tile i's row and scales, tile i + 1's row, tile i + 2's top-k entry; in iteration i tile
   // i + 3's entry is loaded, tile i + 2's block-table entry and tile i + 1's scales, each first
   // used an iteration later.
-  int32_t r0 = walk_one_row<kSparse>(a, w, w0, w1, my);
-  int32_t r1 = walk_one_row<kSparse>(a, w, w0, w1, my);
+  int32_t r0 = entry_row(a, walk_entry<kSparse>(a, w, w0, w1, my));
+  int32_t r1 = entry_row(a, walk_entry<kSparse>(a, w, w0, w1, my));
   RowEntry e2 = walk_entry<kSparse>(a, w, w0, w1, my);
   float s0a, s0b;
   rowwise_scales(a, r0, lane, s0a, s0b);
