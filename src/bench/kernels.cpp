@@ -206,7 +206,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     // ("  overlapped", "  seesaw": OSPREY_MLA_SPARSE_DECODE).
     // An FP8 row runs the lockstep kernel, then the crossover kernels ("  crossover": the two
     // head groups of a part in a cluster of two CTAs, each dequantising half of every tile for
-    // both; "  pipelined": the prefill variant's consumers over those tiles; OSPREY_MLA_FP8).
+    // both; "  pipelined": the prefill variant's consumers over those tiles; "  f16": the
+    // lockstep kernel with an f16 latent tile; OSPREY_MLA_FP8).
     using ops::cuda::MlaFp8Kernel;
     struct Variant {
       MlaPrefillKernel kernel;
@@ -219,7 +220,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
     if (s.fp8)
       variants = {{ops::cuda::mla_prefill_kernel(), cost0, s.kernel, MlaFp8Kernel::Lockstep},
                   {ops::cuda::mla_prefill_kernel(), cost0, "  crossover", MlaFp8Kernel::Crossover},
-                  {ops::cuda::mla_prefill_kernel(), cost0, "  pipelined", MlaFp8Kernel::Pipelined}};
+                  {ops::cuda::mla_prefill_kernel(), cost0, "  pipelined", MlaFp8Kernel::Pipelined},
+                  {ops::cuda::mla_prefill_kernel(), cost0, "  f16", MlaFp8Kernel::F16}};
     const bool bf16_prefill = std::string_view(s.kernel) == "sparse prefill" && !s.fp8;
     const bool bf16_decode = std::string_view(s.kernel) == "sparse decode" && !s.fp8 && s.s_q == 1;
     if (bf16_decode)
@@ -257,7 +259,7 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       OSPREY_CHECK(variant == (((bf16_prefill || bf16_decode) && pk != MlaPrefillKernel::Seesaw) ||
                                bf16_multi),
                    s.kernel, ": the prefill variant ", variant ? "took" : "did not take", " it");
-      const bool cross = v.fp8 != MlaFp8Kernel::Lockstep;
+      const bool cross = v.fp8 == MlaFp8Kernel::Crossover || v.fp8 == MlaFp8Kernel::Pipelined;
       OSPREY_CHECK((ops::cuda::mla_fp8_crossover_calls() > cross0) == cross, s.kernel,
                    ": the crossover ", cross ? "did not take" : "took", " it");
       call();
@@ -311,7 +313,8 @@ void run_mla(const KernelOptions& o, double copy_gbs, double bf16_tf) {
       "OSPREY_MLA_PREFILL=seesaw; '  cost N' = the prefill variant with the split-KV plan "
       "charging N blocks a query token, default %d; BF16 'sparse decode' rows likewise: the "
       "prefill variant (the default), '  overlapped', '  seesaw' = OSPREY_MLA_SPARSE_DECODE; FP8 "
-      "rows: the lockstep kernel, then '  crossover' and '  pipelined' = OSPREY_MLA_FP8)\n",
+      "rows: the lockstep kernel, then '  crossover', '  pipelined' and '  f16' = "
+      "OSPREY_MLA_FP8)\n",
       o.iters, o.warmup, int(ops::kMlaPrefillTokenCost));
 }
 }  // namespace

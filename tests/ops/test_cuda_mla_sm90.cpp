@@ -105,6 +105,9 @@ struct Case {
   DType q_dt = DType::BF16, out_dt = DType::BF16;
   int block_size = 64;
   bool nan_unwritten = false;  // BF16: unwritten cache rows hold NaN (poison_unwritten)
+  // q × q_mul (a power of two) with the softmax scale ÷ q_mul: the same S, larger q (past f16's
+  // range: the f16 variant's pre-scale).
+  float q_mul = 1.0f;
 };
 
 void run_case(const Case& c) {
@@ -114,16 +117,19 @@ void run_case(const Case& c) {
   // random_cache makes blocks of 64 rows: block_size / 64 of them per cache block.
   Buffer cache = random_cache(b.n_blocks * c.block_size / 64, c.fp8), q = rand_f32({n, H, kWidth});
   if (c.nan_unwritten && !c.fp8) poison_unwritten(cache, b, c.ctx);
+  if (c.q_mul != 1.0f)
+    for (int64_t i = 0; i < q.numel(); ++i) q.ptr<float>()[i] *= c.q_mul;
   round_bf16(q);
+  const float scale = kScale / c.q_mul;
   Buffer topk = sparse ? random_topk(b, c.topk, c.repeats) : Buffer();
   Buffer ref(DType::F32, {n, H, kLora}), ref_lse(DType::F32, {n, H});
-  ops::mla_attention_absorbed(ref, q, cache, b.host, sparse ? topk.view() : Tensor{}, kScale,
+  ops::mla_attention_absorbed(ref, q, cache, b.host, sparse ? topk.view() : Tensor{}, scale,
                               ref_lse);
   DeviceBuffer d_cache = c.fp8 ? upload(cache) : upload(cache, DType::BF16), dq = upload(q, c.q_dt),
                d_out = poisoned(c.out_dt, {n, H, kLora}), d_lse = poisoned(DType::F32, {n, H});
   DeviceBuffer d_topk = sparse ? cuda::to_device(topk) : DeviceBuffer();
   const int64_t calls = ops::cuda::mla_sm90_calls();
-  ops::mla_attention_absorbed(d_out, dq, d_cache, b.dev, sparse ? d_topk.view() : Tensor{}, kScale,
+  ops::mla_attention_absorbed(d_out, dq, d_cache, b.dev, sparse ? d_topk.view() : Tensor{}, scale,
                               d_lse);
   EXPECT_EQ(ops::cuda::mla_sm90_calls(), calls + 1) << "the call did not take the sm90 kernel";
   int max_ctx = 0;
@@ -364,8 +370,9 @@ struct Fp8Kernel {
 // consumers, or the prefill variant's) against the CPU twin on every kind of call they take:
 // sparse decode at contexts 1–9000, one sequence (32 splits), 56 sequences, s_q = 2 with repeated
 // indices, a prompt chunk with F32 q and out, dense decode over partial blocks up to 65536 keys;
-// the lockstep kernel takes the same calls, and 64 or 16 heads (one head group, nothing to pair)
-// never take a crossover kernel.
+// the lockstep kernel and its f16 variant take the same calls, and 64 or 16 heads (one head
+// group, nothing to pair) never take a crossover kernel; the f16 variant also with q past f16's
+// range.
 TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   OSPREY_REQUIRE_GPU();
   using ops::cuda::MlaFp8Kernel;
@@ -395,14 +402,20 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   for (Case& c : cases) {
     c.fp8 = true;
     for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, true);
-    run(c, MlaFp8Kernel::Lockstep, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::F16}) run(c, k, false);
   }
   for (int64_t heads : {64, 16}) {
     Case c{{5000, 700, 3}, {1, 2, 1}};
     c.heads = heads;
     c.fp8 = true;
-    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined, MlaFp8Kernel::F16})
+      run(c, k, false);
   }
+  // q past f16's range (max |q| about 2^17): the f16 variant pre-scales it by 2^-3.
+  Case big{{5000, 700, 3}, {1, 2, 1}};
+  big.fp8 = true;
+  big.q_mul = 131072.0f;
+  for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::F16}) run(big, k, false);
 }
 
 TEST(CudaMlaSm90, HeadCountsUnderTensorParallel) {

@@ -118,6 +118,12 @@ OSPREY_WGMMA_SS(wgmma_m64n64k16_bf16_ss, 32, "wgmma.mma_async.sync.aligned.m64n6
 OSPREY_WGMMA_SS(wgmma_m64n256k16_bf16_ss_tb, 128,
                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "128", "129", "130",
                 "1, 1, 0, 1")
+// The same two shapes with F16 operands (the FP8 decode's f16 variant: e4m3 → f16 is exact).
+OSPREY_WGMMA_SS(wgmma_m64n32k16_f16_ss, 16, "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16",
+                "16", "17", "18", "1, 1, 0, 0")
+OSPREY_WGMMA_SS(wgmma_m64n256k16_f16_ss_tb, 128,
+                "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "128", "129", "130",
+                "1, 1, 0, 1")
 // A from registers: the m16n8k16 A fragment of each warp's 16 rows (a[0] = (row l/4, k 2·(l%4) +
 // {0,1}), a[1] = row + 8, a[2] = k + 8, a[3] = both). An accumulator of m64nNk16 converted to
 // BF16 pairs in register order is this fragment: d[8k .. 8k + 7] give the A registers of the k-th

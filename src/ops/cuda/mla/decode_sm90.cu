@@ -11,7 +11,9 @@
 // Shapes: q [n_tokens, H, 576] F32 or BF16 (rounded to BF16 as it is staged); the cache
 // [n_blocks, 64, 576] BF16 or the FP8 format [n_blocks, 64, 656] U8 (dequantised to BF16 in shared
 // memory: e4m3 · tile scale, as the CPU twin reads it); out [n_tokens, H, 512] F32 or BF16; lse
-// [n_tokens, H] F32 (optional). Both GEMMs run in BF16 with F32 accumulation.
+// [n_tokens, H] F32 (optional). Both GEMMs run in BF16 with F32 accumulation (the lockstep
+// kernel's f16 variant, kF16, OSPREY_MLA_FP8=f16: the latent part of both GEMMs in f16, the rope
+// part in BF16; see stage_q_f16).
 //
 // Grid [n_parts, ceil(H / 64)], 384 threads, one CTA per SM (≈ 226 KB of shared memory):
 //   CTA (part, g) takes heads 64·g .. 64·g + 63 (rows past H are zero and never written) and the
@@ -79,7 +81,7 @@ constexpr int kThreads = 384, kConsumerThreads = 256, kProducerThreads = 128;
 constexpr int kProducerRegs = 96, kConsumerRegs = 200;
 constexpr int kFp8Bytes = kLat + 4 * (kLat / 128) + 2 * kRope;  // 656
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarSum = 4;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 3, kBarSum = 4, kBarQMax = 5;
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 struct Smem {  // every tile 1024-aligned: the base is, and each tile is a multiple of 1024 B
@@ -91,6 +93,7 @@ struct Smem {  // every tile 1024-aligned: the base is, and each tile is a multi
   uint8_t valid[kStages][kBlockN];    // key r of the stage is attended
   uint64_t full[kStages], empty[kStages];
   uint64_t remote[kStages];  // kCross: the peer's half of the stage's rows has landed (bytes)
+  float q_amax[kConsumerThreads / 32];  // kF16: max |q| of each consumer warp's share of Q
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + alignment slack of the dynamic base
 static_assert(kSmemBytes <= 232448, "shared memory over the sm_90 per-block limit");
@@ -138,6 +141,20 @@ __device__ __forceinline__ uint2 dequant4(uint32_t w, float s) {
   const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
   const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
   return make_uint2(bf16x2(a.x * s, a.y * s), bf16x2(b.x * s, b.y * s));
+}
+
+// The f16 variant (kF16): an f16 pair, and 4 e4m3 bytes × s → 4 f16 (two words): e4m3 → f16
+// exact (one instruction a pair), then one f16 multiply a pair (s rounded to f16; the product
+// rounded to f16, which keeps 11 bits where BF16 keeps 8: tools/mla_fp8_f16_numerics.py).
+__device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint2 dequant4_f16(uint32_t w, __half2 s) {
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
+  const __half2 a = __hmul2(__half2(lo), s), b = __hmul2(__half2(hi), s);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
 }
 
 // The producer's share of one stage: thread pt (0..127) fills half `half` of row r = pt / 2.
@@ -319,6 +336,71 @@ __device__ __forceinline__ void stage_q(uint8_t* q, const Params& a, int t, int 
   }
 }
 
+// The f16 variant's Q (kF16): as stage_q (values rounded to BF16 first, as the CPU twin reads
+// them), then × 2^−k, chunks 0–7 (the latent part) stored as f16 and chunk 8 (the rope) as BF16;
+// k ≥ 0 is the least such that max |q| · 2^−k < 2^15 over the CTA's 64 heads, so that no f16
+// value overflows (a power of two: exact in BF16, exact in f16 above 2^−14). Returns 2^k, which
+// S's scale takes back. Two passes over q (the maximum, then the stores; the second an L2 hit),
+// the 256 consumer threads meeting at named barrier kBarQMax between them.
+template <typename Tq>
+__device__ __forceinline__ void load_q_unit(const Params& a, int t, int h, int cu, float (&x)[8]) {
+  const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
+  if constexpr (sizeof(Tq) == 4) {
+    const float4 f0 = reinterpret_cast<const float4*>(src)[0];
+    const float4 f1 = reinterpret_cast<const float4*>(src)[1];
+    const float f[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = __bfloat162float(__float2bfloat16_rn(f[i]));
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[2 * i] = __uint_as_float(w[i] << 16);
+      x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+}
+template <typename Tq, int kUnits>
+__device__ __forceinline__ float stage_q_f16(uint8_t* q, float* warp_amax, const Params& a, int t,
+                                             int g) {
+  float amax = 0.0f;
+  for (int u = int(threadIdx.x); u < kHeadsPerCta * kUnits; u += kConsumerThreads) {
+    const int h = g * kHeadsPerCta + u / kUnits;
+    if (h >= a.H) continue;
+    float x[8];
+    load_q_unit<Tq>(a, t, h, u % kUnits, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
+  hw::named_barrier(kBarQMax, kConsumerThreads);
+#pragma unroll
+  for (int i = 0; i < kConsumerThreads / 32; ++i) amax = fmaxf(amax, warp_amax[i]);
+  // amax < 2^15: k = 0; else 2^e ≤ amax < 2^(e + 1) and k = e − 14 (inf or NaN q: k capped).
+  const int k = amax < 32768.0f ? 0 : min(ilogbf(amax) - 14, 120);
+  const float down = ldexpf(1.0f, -k);
+  for (int u = int(threadIdx.x); u < kHeadsPerCta * kUnits; u += kConsumerThreads) {
+    const int hr = u / kUnits, cu = u % kUnits;
+    const int h = g * kHeadsPerCta + hr;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (h < a.H) {
+      float x[8];
+      load_q_unit<Tq>(a, t, h, cu, x);
+      auto pack = [&](float lo, float hi) {
+        return cu < kLat / 8 ? f16x2(lo * down, hi * down) : bf16x2(lo * down, hi * down);
+      };
+      v = make_uint4(pack(x[0], x[1]), pack(x[2], x[3]), pack(x[4], x[5]), pack(x[6], x[7]));
+    }
+    hw::st_shared_16(
+        q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
+  }
+  return ldexpf(1.0f, k);
+}
+
 // A token's row sums l0, l1 (rows r0, r1): this thread's part summed over its quad, then over the
 // two consumer warpgroups through row_sum [2][64] (named barrier `bar`, 256 threads). The caller
 // passes the barrier once more before row_sum is written again.
@@ -467,7 +549,7 @@ __device__ __forceinline__ void rowwise_scales(const Params& a, int32_t row, int
   s0 = fetch_fp8_scale(a, lane & 3, __shfl_sync(0xffffffffu, row, lane >> 2));
   s1 = fetch_fp8_scale(a, lane & 3, __shfl_sync(0xffffffffu, row, 8 + (lane >> 2)));
 }
-template <bool kSparse>
+template <bool kSparse, bool kF16>
 __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int pt, int t_first,
                                                  int32_t w0, int32_t w1) {
   const int pw = pt >> 5, lane = pt & 31, rbase = 16 * pw;
@@ -514,8 +596,19 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
       const uint32_t sw = uint32_t(r & 7);
       const float sc = __shfl_sync(0xffffffffu, j < 8 ? s0a : s0b, (j & 7) * 4 + (lane >> 3));
       const uint4 x = flip ? make_uint4(v[j].z, v[j].w, v[j].x, v[j].y) : v[j];
-      const uint2 a0 = dequant4(x.x, sc), a1 = dequant4(x.y, sc);
-      const uint2 b0 = dequant4(x.z, sc), b1 = dequant4(x.w, sc);
+      uint2 a0, a1, b0, b1;
+      if constexpr (kF16) {
+        const __half2 h = __float2half2_rn(sc);
+        a0 = dequant4_f16(x.x, h);
+        a1 = dequant4_f16(x.y, h);
+        b0 = dequant4_f16(x.z, h);
+        b1 = dequant4_f16(x.w, h);
+      } else {
+        a0 = dequant4(x.x, sc);
+        a1 = dequant4(x.y, sc);
+        b0 = dequant4(x.z, sc);
+        b1 = dequant4(x.w, sc);
+      }
       uint8_t* d = tile + chunk * kChunkBytes + r * 128;
       hw::st_shared_16(d + ((uint32_t(uu0 + flip) ^ sw) << 4), make_uint4(a0.x, a0.y, a1.x, a1.y));
       hw::st_shared_16(d + ((uint32_t(uu0 + 1 - flip) ^ sw) << 4),
@@ -539,9 +632,10 @@ __device__ __forceinline__ void rowwise_producer(Smem& sm, const Params& a, int 
 // CTA's barrier: 16), so that neither producer overwrites a tile either CTA still reads. The
 // cluster synchronises after the barriers are initialised and before any CTA exits (a peer's
 // arrivals and stores must find this CTA's shared memory).
-template <typename Tq, typename To, bool kFp8, bool kSparse, bool kCross = false>
+template <typename Tq, typename To, bool kFp8, bool kSparse, bool kCross = false, bool kF16 = false>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Params a) {
   static_assert(kFp8 || !kCross, "the crossover shares dequantised FP8 rows");
+  static_assert(!kF16 || (kFp8 && !kCross), "the f16 variant: the lockstep kernel, FP8 cache");
   pdl_wait();
   pdl_trigger();
   extern __shared__ uint8_t smem_raw[];
@@ -572,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     hw::regs_dealloc<kProducerRegs>();
     const int pt = tid - kConsumerThreads, r = pt >> 1, half = pt & 1;
     if constexpr (kFp8 && !kCross) {
-      rowwise_producer<kSparse>(sm, a, pt, t_first, w0, w1);
+      rowwise_producer<kSparse, kF16>(sm, a, pt, t_first, w0, w1);
       return;
     }
     // kCross: this thread's dequantised row (in the CTA's half of the tile) and scale tile.
@@ -622,7 +716,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
     const int32_t c0 = a.cum[t];
     const int b0 = max(w0, c0) - c0, b1 = min(w1, a.cum[t + 1]) - c0;
 
-    stage_q<Tq, kWidth / 8>(sm.q, a, t, g);  // Q [64 heads × 576]
+    float scale_log2 = a.scale_log2;
+    if constexpr (kF16)
+      scale_log2 *= stage_q_f16<Tq, kWidth / 8>(sm.q, sm.q_amax, a, t, g);
+    else
+      stage_q<Tq, kWidth / 8>(sm.q, a, t, g);  // Q [64 heads × 576]
     hw::fence_proxy_async();
     hw::named_barrier(kBarQ, kConsumerThreads);
 
@@ -648,10 +746,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
           const uint64_t da = hw::sw128_desc(sm.q + c * kChunkBytes + kk * 32, 16, 1024);
           const uint64_t db =
               hw::sw128_desc(kv + c * kChunkBytes + w * 32 * 128 + kk * 32, 16, 1024);
-          if (c < kSplitChunk)
-            hw::wgmma_m64n32k16_bf16_ss(sc, da, db, c > 0 || kk > 0);
-          else
+          // kF16: chunks 0–7 (the latent) in f16, chunk 8 (the rope) in BF16, one accumulator.
+          if (c < kSplitChunk) {
+            if constexpr (kF16)
+              hw::wgmma_m64n32k16_f16_ss(sc, da, db, c > 0 || kk > 0);
+            else
+              hw::wgmma_m64n32k16_bf16_ss(sc, da, db, c > 0 || kk > 0);
+          } else if (kF16 && c < kChunks - 1) {
+            hw::wgmma_m64n32k16_f16_ss(sc2, da, db, c > kSplitChunk || kk > 0);
+          } else {
             hw::wgmma_m64n32k16_bf16_ss(sc2, da, db, c > kSplitChunk || kk > 0);
+          }
         }
       hw::wgmma_commit();
       hw::wgmma_wait<0>();
@@ -662,7 +767,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 
       // Mask and scale; row maxima of this half, then of both halves.
       float mx0, mx1;
-      mask_max(sc, sm.valid[stage] + 32 * w, a.scale_log2, cq, mx0, mx1);
+      mask_max(sc, sm.valid[stage] + 32 * w, scale_log2, cq, mx0, mx1);
       if ((lane & 3) == 0) {
         sm.row_max[par][w][r0] = mx0;
         sm.row_max[par][w][r1] = mx1;
@@ -688,14 +793,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] *= (i & 2) ? corr1 : corr0;
 
-        // P (BF16) into shared memory: this half's 32 key columns of the [64 × 64] tile.
+      // P (BF16; kF16: f16) into shared memory: this half's 32 key columns of the [64 × 64] tile.
+      auto pack_p = [](float lo, float hi) { return kF16 ? f16x2(lo, hi) : bf16x2(lo, hi); };
 #pragma unroll
       for (int n8 = 0; n8 < 4; ++n8) {
         const uint32_t uu = uint32_t(4 * w + n8);
         *reinterpret_cast<uint32_t*>(sm.p + r0 * 128 + (((uu ^ uint32_t(r0)) & 7u) << 4) + cq * 2) =
-            bf16x2(sc[4 * n8], sc[4 * n8 + 1]);
+            pack_p(sc[4 * n8], sc[4 * n8 + 1]);
         *reinterpret_cast<uint32_t*>(sm.p + r1 * 128 + (((uu ^ uint32_t(r1)) & 7u) << 4) + cq * 2) =
-            bf16x2(sc[4 * n8 + 2], sc[4 * n8 + 3]);
+            pack_p(sc[4 * n8 + 2], sc[4 * n8 + 3]);
       }
       hw::fence_proxy_async();
       hw::named_barrier(kBarP, kConsumerThreads);
@@ -703,10 +809,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_sm90_kernel(const Para
       hw::fence_regs(o);
       hw::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        hw::wgmma_m64n256k16_bf16_ss_tb(
-            o, hw::sw128_desc(sm.p + kk * 32, 16, 1024),
-            hw::sw128_desc(kv + 4 * w * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024), true);
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dp = hw::sw128_desc(sm.p + kk * 32, 16, 1024);
+        const uint64_t dv =
+            hw::sw128_desc(kv + 4 * w * kChunkBytes + kk * 16 * 128, kChunkBytes, 1024);
+        if constexpr (kF16)
+          hw::wgmma_m64n256k16_f16_ss_tb(o, dp, dv, true);
+        else
+          hw::wgmma_m64n256k16_bf16_ss_tb(o, dp, dv, true);
+      }
       hw::wgmma_commit();
       hw::wgmma_wait<0>();
       hw::fence_regs(o);
@@ -1629,19 +1740,21 @@ bool g_dense_tma = [] {
 
 // The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
 // kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
-// its crossover (kCross) or the prefill variant with the crossover producer (kFp8Cross).
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined, or set_mla_fp8_kernel.
+// its crossover (kCross), the prefill variant with the crossover producer (kFp8Cross), or the
+// lockstep kernel's f16 variant (kF16). OSPREY_MLA_FP8=lockstep|crossover|pipelined|f16, or
+// set_mla_fp8_kernel.
 int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
 MlaFp8Kernel fp8_kernel_setting() {
   if (g_fp8_kernel_set < 0) {
     const char* e = std::getenv("OSPREY_MLA_FP8");
     const std::string_view v = e ? e : "lockstep";
-    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined",
-                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover' or 'pipelined', "
-                 "not '",
+    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "f16",
+                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover', 'pipelined' or "
+                 "'f16', not '",
                  v, "'");
     g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
                            : v == "pipelined" ? MlaFp8Kernel::Pipelined
+                           : v == "f16"       ? MlaFp8Kernel::F16
                                               : MlaFp8Kernel::Lockstep);
   }
   return MlaFp8Kernel(g_fp8_kernel_set);
@@ -1758,11 +1871,24 @@ int32_t g_prefill_token_cost = ops::kMlaPrefillTokenCost;  // set_mla_prefill_to
 
 // kv_map: the TMA map of a dense BF16 call taking the TMA producer, else null. prefill: a sparse
 // BF16 call taking the prefill variant, 1 (pipelined) or 2 (overlapped); else 0.
-// cross: an FP8 call taking a crossover kernel (grid.y even), Crossover or Pipelined.
+// cross: an FP8 call taking a crossover kernel (grid.y even), Crossover or Pipelined, or the f16
+// variant (F16).
 template <typename Tq, typename To, bool kFp8, bool kSparse>
 void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill,
             MlaFp8Kernel cross) {
   if constexpr (kFp8) {
+    if (cross == MlaFp8Kernel::F16) {
+      auto* k = mla_decode_sm90_kernel<Tq, To, true, kSparse, false, true>;
+      static const bool configured = [&] {
+        OSPREY_CUDA_CHECK(
+            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+        return true;
+      }();
+      (void)configured;
+      launch_pdl(k, grid, kThreads, kSmemBytes, a);
+      OSPREY_CUDA_LAUNCH_CHECK();
+      return;
+    }
     if (cross != MlaFp8Kernel::Lockstep) {
       if (cross == MlaFp8Kernel::Crossover) {
         auto* k = mla_decode_sm90_kernel<Tq, To, true, kSparse, true>;
@@ -1908,6 +2034,7 @@ MlaFp8Kernel mla_fp8_kernel() {
 const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
   return k == MlaFp8Kernel::Crossover   ? "crossover"
          : k == MlaFp8Kernel::Pipelined ? "pipelined"
+         : k == MlaFp8Kernel::F16       ? "f16"
                                         : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
@@ -1960,9 +2087,12 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const int groups = int((H + kHeadsPerCta - 1) / kHeadsPerCta);
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
-  const MlaFp8Kernel cross = fp8 && groups % 2 == 0 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
+  // The f16 variant takes any H.
+  MlaFp8Kernel cross = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
+  const bool paired = cross == MlaFp8Kernel::Crossover || cross == MlaFp8Kernel::Pipelined;
+  if (paired && groups % 2 != 0) cross = MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
-  if (cross != MlaFp8Kernel::Lockstep)
+  if (paired && groups % 2 == 0)
     n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));
   const int64_t clamp = sparse ? topk_indices.size(1) : int64_t(INT32_MAX);
   // Prompt chunks (and MTP verify steps: several query tokens a sequence) cut their runs at equal

@@ -55,10 +55,14 @@ bool mla_combine_few_splits();
 // The kernel of FP8-cache calls with H a multiple of 128: Lockstep (every CTA dequantises every
 // key tile it reads; the default until measured), Crossover (the lockstep kernel with both head
 // groups of a part in a cluster of two CTAs, each dequantising half of every tile for both) or
-// Pipelined (the BF16 prefill variant's consumers over the crossover's dequantised tiles).
-// OSPREY_MLA_FP8=lockstep|crossover|pipelined. Other FP8 calls (H ≤ 64) keep the lockstep
-// kernel. Returns the previous setting.
-enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined };
+// Pipelined (the BF16 prefill variant's consumers over the crossover's dequantised tiles), or
+// F16 (the lockstep kernel with the latent in f16: e4m3 → f16 exact, × the scale in f16, one
+// instruction a value where BF16 takes about three; q's latent part in f16 after a power-of-two
+// pre-scale, P in f16, the rope in BF16; any H). OSPREY_MLA_FP8=lockstep|crossover|pipelined|f16.
+// Other FP8 calls (H ≤ 64) keep the lockstep kernel unless F16 is chosen. F16 is a variant: a
+// cached latent value above 65504 overflows it (the BF16 kernels have no such limit). Returns the
+// previous setting.
+enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined, F16 };
 MlaFp8Kernel set_mla_fp8_kernel(MlaFp8Kernel k);
 MlaFp8Kernel mla_fp8_kernel();
 const char* mla_fp8_kernel_name(MlaFp8Kernel k);
