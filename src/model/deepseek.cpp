@@ -50,6 +50,25 @@ bool rope_fusion_enabled() {
 }
 }  // namespace
 
+float mla_latent_bound_of(int64_t kv_lora, const std::vector<Tensor>& norm_weights) {
+  float w_max = 0.0f;
+  for (Tensor w : norm_weights) {
+    if (w.dtype != DType::BF16 && w.dtype != DType::F32) return INFINITY;
+    Buffer host;
+    if (w.device != Device::CPU) {
+      host = Buffer(w.dtype, w.shape);
+      ops::copy(host, w);
+      w = host.view();
+    }
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const float v =
+          w.dtype == DType::F32 ? w.f32()[i] : bf16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+      w_max = std::max(w_max, std::fabs(v));
+    }
+  }
+  return float(std::sqrt(double(kv_lora)) * double(w_max));
+}
+
 DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
@@ -70,6 +89,10 @@ DeepseekModel::DeepseekModel(ModelConfig config, ModelWeights weights)
     ops::dequantize(kv_b_owned_.back(), kvb);
     kv_b_absorb_.push_back(kv_b_owned_.back());
   }
+  // The latent cache's bound, for the FP8 decode's f16 variant (ops/mla.h).
+  std::vector<Tensor> kv_norms;
+  for (const LayerWeights& lw : weights_.layers) kv_norms.push_back(lw.attn.kv_a_norm);
+  ops::set_mla_latent_bound(mla_latent_bound_of(config_.kv_lora_rank, kv_norms));
   rope_attention_factor_ = float(config_.rope.attention_factor());
   softmax_scale_ = float(config_.softmax_scale());
   shard_.head_end = config_.num_attention_heads;

@@ -56,6 +56,13 @@ struct ForwardOptions {
   Tensor hidden_out = {};
 };
 
+// The largest |value| RMSNorm with weight w writes into a latent of kv_lora values, over the
+// norm weights given (kv_a_layernorm of every layer): sqrt(kv_lora) · max |w| (a normalised value
+// x_i / sqrt(mean(x²) + eps) is at most sqrt(kv_lora) in magnitude). BF16 or F32 weights, on
+// either device; +inf for another dtype (no bound known). The bound ops/mla.h's
+// set_mla_latent_bound takes; DeepseekModel registers it at load.
+float mla_latent_bound_of(int64_t kv_lora, const std::vector<Tensor>& norm_weights);
+
 class DeepseekModel {
  public:
   DeepseekModel(ModelConfig config, ModelWeights weights);

@@ -10,8 +10,11 @@
 #include <numeric>
 #include <random>
 
+#include "model/deepseek.h"
 #include "model/dump.h"
 #include "model/greedy.h"
+#include "ops/mla.h"
+#include "ops/norm.h"
 #include "test_util.h"
 
 using namespace osprey;
@@ -223,4 +226,53 @@ TEST(TrainedModel, Fp8LatentCacheLogitsTrackF32) {
   EXPECT_LT(err.back(), 0.25);
   EXPECT_GT(err.back(), 1e-4) << "the FP8 cache changed nothing: is it quantizing?";
   EXPECT_GE(same_argmax, n - 2);
+}
+
+// mla_latent_bound_of (model/deepseek.h) is a true and tight bound on what the model's kv write
+// puts in the latent cache: RMSNorm (the op the write applies) of a latent with one nonzero value,
+// at the largest weight, reaches it up to the eps term; random latents stay below it; BF16 weights
+// give the same bound, another dtype none (+inf). Loading a model registers it (ops/mla.h), which
+// the FP8 decode's f16 variant reads.
+TEST(LatentBound, BoundsTheNormalisedLatentAndIsReached) {
+  const int64_t n = 512;
+  Buffer w(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i)
+    w.f32()[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f + 0.01f * float(i % 97));
+  w.f32()[301] = -3.25f;
+  const float bound = mla_latent_bound_of(n, {w.view()});
+  EXPECT_FLOAT_EQ(bound, float(std::sqrt(512.0) * 3.25));
+
+  Buffer x(DType::F32, {1, n}), out(DType::F32, {1, n});
+  std::fill_n(x.f32(), n, 0.0f);
+  x.f32()[301] = 1000.0f;
+  ops::rms_norm(out, x, w, 1e-6f);
+  EXPECT_LE(std::fabs(out.f32()[301]), bound);
+  EXPECT_GT(std::fabs(out.f32()[301]), 0.999f * bound) << "the bound is not tight";
+
+  const int64_t rows = 64;
+  Buffer xr(DType::F32, {rows, n}), outr(DType::F32, {rows, n});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int64_t i = 0; i < rows * n; ++i) xr.f32()[i] = nd(rng);
+  ops::rms_norm(outr, xr, w, 1e-6f);
+  float seen = 0.0f;
+  for (int64_t i = 0; i < rows * n; ++i) seen = std::max(seen, std::fabs(outr.f32()[i]));
+  EXPECT_LE(seen, bound);
+  EXPECT_GT(seen, 0.02f * bound);  // the rows were normalised, not zeroed
+
+  Buffer wb(DType::BF16, {n});
+  for (int64_t i = 0; i < n; ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(w.f32()[i]);
+  EXPECT_FLOAT_EQ(mla_latent_bound_of(n, {w.view(), wb.view()}), bound);
+  Buffer wh(DType::F16, {n});
+  EXPECT_EQ(mla_latent_bound_of(n, {wh.view()}), INFINITY);
+}
+
+TEST(LatentBound, LoadingAModelRegistersIt) {
+  ops::set_mla_latent_bound(0.0f);
+  auto m = load_model_cpu(std::string(OSPREY_SOURCE_DIR) + "/models/osprey-arith");
+  const float b = ops::mla_latent_bound();
+  EXPECT_GT(b, 0.0f);
+  EXPECT_TRUE(std::isfinite(b));
+  EXPECT_LT(b, ops::kMlaF16LatentLimit) << "the bundled model's latent fits f16";
+  ops::set_mla_latent_bound(0.0f);
 }

@@ -379,8 +379,13 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   auto run = [](const Case& c, MlaFp8Kernel k, bool takes) {
     Fp8Kernel scope(k);
     const int64_t before = ops::cuda::mla_fp8_crossover_calls();
+    const int64_t f16_before = ops::cuda::mla_fp8_f16_calls();
     run_case(c);
     EXPECT_EQ(ops::cuda::mla_fp8_crossover_calls(), before + (takes ? 1 : 0))
+        << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
+    // The f16 variant serves F16 calls while the latent bound (ops/mla.h) is unknown or in range.
+    const bool f16 = k == MlaFp8Kernel::F16 && ops::mla_latent_bound() <= ops::kMlaF16LatentLimit;
+    EXPECT_EQ(ops::cuda::mla_fp8_f16_calls(), f16_before + (f16 ? 1 : 0))
         << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
   };
   std::vector<Case> cases;
@@ -416,6 +421,11 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   big.fp8 = true;
   big.q_mul = 131072.0f;
   for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::F16}) run(big, k, false);
+  // A model whose latent f16 cannot hold: F16 declines, the lockstep kernel serves (run checks
+  // that the f16 variant's count did not move).
+  ops::set_mla_latent_bound(1e5f);
+  run(big, MlaFp8Kernel::F16, false);
+  ops::set_mla_latent_bound(0.0f);
 }
 
 TEST(CudaMlaSm90, HeadCountsUnderTensorParallel) {

@@ -44,6 +44,7 @@
 //   contract: entries at i ≥ min(top-k, p + 1) are −1 and are not read); H ≤ 64 or H % 64 == 0.
 #include <climits>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -1760,6 +1761,21 @@ MlaFp8Kernel fp8_kernel_setting() {
   return MlaFp8Kernel(g_fp8_kernel_set);
 }
 int64_t g_fp8_cross_calls = 0;
+int64_t g_fp8_f16_calls = 0;
+// The f16 variant's guard: the loaded model's latent bound (ops/mla.h) within what f16 holds, or
+// unknown. Says once on stderr when it declines.
+bool f16_holds_latent() {
+  const float bound = mla_latent_bound();
+  if (bound <= kMlaF16LatentLimit) return true;
+  static std::once_flag said;
+  std::call_once(said, [bound] {
+    std::fprintf(stderr,
+                 "osprey: OSPREY_MLA_FP8=f16 declined: the model's latent cache values reach %g, "
+                 "past what f16 holds (%g); the lockstep kernel serves FP8 attention\n",
+                 double(bound), double(kMlaF16LatentLimit));
+  });
+  return false;
+}
 
 // Both crossover kernels run one CTA per SM (each takes over half of the 227 KB an SM has), so
 // the clusters of two that can be resident at once are the device's pairs of SMs in a GPC: the
@@ -1887,6 +1903,7 @@ void launch(const Params& a, dim3 grid, const CUtensorMap* kv_map, int prefill,
       (void)configured;
       launch_pdl(k, grid, kThreads, kSmemBytes, a);
       OSPREY_CUDA_LAUNCH_CHECK();
+      ++g_fp8_f16_calls;
       return;
     }
     if (cross != MlaFp8Kernel::Lockstep) {
@@ -2040,6 +2057,9 @@ const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
 int64_t mla_fp8_crossover_calls() {
   return g_fp8_cross_calls;
 }
+int64_t mla_fp8_f16_calls() {
+  return g_fp8_f16_calls;
+}
 bool set_mla_dense_tma(bool enabled) {
   const bool was = g_dense_tma;
   g_dense_tma = enabled;
@@ -2091,6 +2111,7 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   MlaFp8Kernel cross = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
   const bool paired = cross == MlaFp8Kernel::Crossover || cross == MlaFp8Kernel::Pipelined;
   if (paired && groups % 2 != 0) cross = MlaFp8Kernel::Lockstep;
+  if (cross == MlaFp8Kernel::F16 && !f16_holds_latent()) cross = MlaFp8Kernel::Lockstep;
   int n_parts = std::max(1, sm_count() / groups);
   if (paired && groups % 2 == 0)
     n_parts = std::max(1, std::min(n_parts, resident_cluster_pairs() * 2 / groups));

@@ -68,6 +68,9 @@ MlaFp8Kernel mla_fp8_kernel();
 const char* mla_fp8_kernel_name(MlaFp8Kernel k);
 // How many calls the crossover kernels (Crossover or Pipelined) have served.
 int64_t mla_fp8_crossover_calls();
+// How many calls the f16 variant has served (F16 chosen and the latent bound, ops/mla.h, allowing
+// it).
+int64_t mla_fp8_f16_calls();
 // Drops every cached TMA map (the next call of each cache encodes it again): a test's clean start.
 void forget_mla_dense_tma_maps();
 
