@@ -72,6 +72,9 @@ function calculate(expr) {
   return String(v);
 }
 
+// A whole DSML call is ~180 tokens in the bundled model's digit-and-character tokenizer (its
+// markup alone ~150); 300 leaves room without letting a runaway answer pass for a call.
+const CALL_TOKENS = 300;
 const problems = readFileSync(new URL('../data/arith/test.jsonl', import.meta.url), 'utf8')
   .trim().split('\n').slice(0, 8).map((l) => JSON.parse(l));
 const lastNumber = (s) => (String(s).match(/-?\d+/g) || []).pop();
@@ -79,7 +82,7 @@ const lastNumber = (s) => (String(s).match(/-?\d+/g) || []).pop();
 let answered = 0;
 for (const p of problems) {
   const messages = [{ role: 'user', content: p.question }];
-  const r1 = await client.chat.completions.create({ model, messages, tools: [CALCULATOR], temperature: 0, max_tokens: 120 });
+  const r1 = await client.chat.completions.create({ model, messages, tools: [CALCULATOR], temperature: 0, max_tokens: CALL_TOKENS });
   const m1 = r1.choices[0].message;
   check(r1.choices[0].finish_reason === 'tool_calls', `${p.id}: finish_reason tool_calls (got ${r1.choices[0].finish_reason})`);
   check(m1.tool_calls?.length === 1 && m1.tool_calls[0].type === 'function' && m1.tool_calls[0].function.name === 'calculator' &&
@@ -91,7 +94,7 @@ for (const p of problems) {
   try { result = calculate(args.expression); } catch { /* the model's expression did not parse */ }
 
   // The same request streamed: id and name first, then the arguments; the same call.
-  const s = await client.chat.completions.create({ model, messages, tools: [CALCULATOR], temperature: 0, max_tokens: 120, stream: true });
+  const s = await client.chat.completions.create({ model, messages, tools: [CALCULATOR], temperature: 0, max_tokens: CALL_TOKENS, stream: true });
   const calls = [];
   let streamFinish = null, argsBeforeName = false;
   for await (const ch of s) {
@@ -124,11 +127,11 @@ for (const p of problems) {
 check(answered >= 6, `calculator round trips with the right final answer: ${answered}/${problems.length} (need 6)`);
 
 const q = [{ role: 'user', content: problems[0].question }];
-const none = await client.chat.completions.create({ model, messages: q, tools: [CALCULATOR], tool_choice: 'none', temperature: 0, max_tokens: 120 });
+const none = await client.chat.completions.create({ model, messages: q, tools: [CALCULATOR], tool_choice: 'none', temperature: 0, max_tokens: CALL_TOKENS });
 check(!none.choices[0].message.tool_calls && none.choices[0].finish_reason !== 'tool_calls' &&
       typeof none.choices[0].message.content === 'string', 'tool_choice none: no tool_calls');
 for (const choice of ['required', { type: 'function', function: { name: 'calculator' } }]) {
-  const r = await client.chat.completions.create({ model, messages: q, tools: [CALCULATOR], tool_choice: choice, temperature: 0, max_tokens: 120 });
+  const r = await client.chat.completions.create({ model, messages: q, tools: [CALCULATOR], tool_choice: choice, temperature: 0, max_tokens: CALL_TOKENS });
   const tc = r.choices[0].message.tool_calls;
   check(tc?.length >= 1 && tc[0].function.name === 'calculator' && JSON.parse(tc[0].function.arguments).expression,
         `tool_choice ${JSON.stringify(choice)}: a calculator call`);
