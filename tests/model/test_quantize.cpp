@@ -110,11 +110,14 @@ TEST(Quantize, CopiesTheTokenizerAndRefusesBadSources) {
   const std::string lying = tmp("lying");
   fs::create_directories(lying);
   nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  // The checkpoint holds layers 0 .. layers + nextn - 1 (the MTP layers after the main ones), so
+  // with one main layer more the first absent one is layers + nextn.
+  const int absent = cfg["num_hidden_layers"].get<int>() + cfg.value("num_nextn_predict_layers", 0);
   cfg["num_hidden_layers"] = cfg["num_hidden_layers"].get<int>() + 1;
   std::ofstream(lying + "/config.json") << cfg.dump();
   fs::copy_file(src + "/model.safetensors", lying + "/model.safetensors");
   const std::string out = tmp("out");
   const std::string msg = error_of([&] { quantize_model_fp8(lying, out, false); });
-  EXPECT_NE(msg.find("model.layers.4."), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.layers." + std::to_string(absent) + "."), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(out + "/model.safetensors"));  // checked before anything is written
 }

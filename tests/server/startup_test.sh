@@ -20,10 +20,11 @@ run --version
 cuda_built=0
 [[ $out == *"CUDA backend: built in"* ]] && cuda_built=1
 
-# The bundled model: 180224-byte blocks of 64 tokens; max_model_len 1024 needs 16 blocks.
+# The bundled model: 180224-byte blocks of 64 tokens; max_model_len 2048 (its max_position_embeddings)
+# needs 32 blocks.
 run serve --port 0 --kv-cache-memory 0.001
 [[ $rc == 1 ]] || fail "a too small KV cache: exit status $rc: $out"
-[[ $out == *"cannot hold one sequence of max_model_len 1024 tokens, which needs 16 blocks"* &&
+[[ $out == *"cannot hold one sequence of max_model_len 2048 tokens, which needs 32 blocks"* &&
    $out == *"5 blocks of 64 tokens at 180224 bytes each"* ]] || fail "KV cache message: $out"
 run serve --port 0 --kv-cache-memory 0.0005 --max-model-len 256
 [[ $rc == 1 && $out == *"(0.34375 MiB: 2 blocks of 64 tokens"*"max_model_len 256 tokens, which needs 4 blocks (0.6875 MiB)"* ]] ||
