@@ -370,7 +370,8 @@ struct Fp8Kernel {
 // consumers, or the prefill variant's) against the CPU twin on every kind of call they take:
 // sparse decode at contexts 1–9000, one sequence (32 splits), 56 sequences, s_q = 2 with repeated
 // indices, a prompt chunk with F32 q and out, dense decode over partial blocks up to 65536 keys;
-// the lockstep kernel and its f16 variant take the same calls, and 64 or 16 heads (one head
+// the lockstep kernel, its f16 variant and Auto (f16 from 16 query tokens, the cases of 56
+// sequences and of the prompt chunk) take the same calls, and 64 or 16 heads (one head
 // group, nothing to pair) never take a crossover kernel; the f16 variant also with q past f16's
 // range.
 TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
@@ -383,8 +384,12 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
     run_case(c);
     EXPECT_EQ(ops::cuda::mla_fp8_crossover_calls(), before + (takes ? 1 : 0))
         << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
-    // The f16 variant serves F16 calls while the latent bound (ops/mla.h) is unknown or in range.
-    const bool f16 = k == MlaFp8Kernel::F16 && ops::mla_latent_bound() <= ops::kMlaF16LatentLimit;
+    // The f16 variant serves F16 calls, and Auto's calls of at least 16 query tokens, while the
+    // latent bound (ops/mla.h) is unknown or in range.
+    int tokens = 0;
+    for (int n : c.n_new) tokens += n;
+    const bool f16 = (k == MlaFp8Kernel::F16 || (k == MlaFp8Kernel::Auto && tokens >= 16)) &&
+                     ops::mla_latent_bound() <= ops::kMlaF16LatentLimit;
     EXPECT_EQ(ops::cuda::mla_fp8_f16_calls(), f16_before + (f16 ? 1 : 0))
         << "heads " << c.heads << " kernel " << ops::cuda::mla_fp8_kernel_name(k);
   };
@@ -407,7 +412,8 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   for (Case& c : cases) {
     c.fp8 = true;
     for (MlaFp8Kernel k : {MlaFp8Kernel::Crossover, MlaFp8Kernel::Pipelined}) run(c, k, true);
-    for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::F16}) run(c, k, false);
+    for (MlaFp8Kernel k : {MlaFp8Kernel::Lockstep, MlaFp8Kernel::F16, MlaFp8Kernel::Auto})
+      run(c, k, false);
   }
   for (int64_t heads : {64, 16}) {
     Case c{{5000, 700, 3}, {1, 2, 1}};
@@ -425,6 +431,7 @@ TEST(CudaMlaSm90, Fp8CrossoverMatchesTwin) {
   // that the f16 variant's count did not move).
   ops::set_mla_latent_bound(1e5f);
   run(big, MlaFp8Kernel::F16, false);
+  run(cases[2], MlaFp8Kernel::Auto, false);
   ops::set_mla_latent_bound(0.0f);
 }
 

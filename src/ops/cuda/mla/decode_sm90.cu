@@ -12,8 +12,8 @@
 // [n_blocks, 64, 576] BF16 or the FP8 format [n_blocks, 64, 656] U8 (dequantised to BF16 in shared
 // memory: e4m3 · tile scale, as the CPU twin reads it); out [n_tokens, H, 512] F32 or BF16; lse
 // [n_tokens, H] F32 (optional). Both GEMMs run in BF16 with F32 accumulation (the lockstep
-// kernel's f16 variant, kF16, OSPREY_MLA_FP8=f16: the latent part of both GEMMs in f16, the rope
-// part in BF16; see stage_q_f16).
+// kernel's f16 variant, kF16, the default for FP8 calls of at least 16 query tokens: the latent
+// part of both GEMMs in f16, the rope part in BF16; see stage_q_f16).
 //
 // Grid [n_parts, ceil(H / 64)], 384 threads, one CTA per SM (≈ 226 KB of shared memory):
 //   CTA (part, g) takes heads 64·g .. 64·g + 63 (rows past H are zero and never written) and the
@@ -1739,26 +1739,37 @@ bool g_dense_tma = [] {
   return !(e && e[0] == '0');
 }();
 
-// The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): the lockstep
-// kernel (the default until an H200 run measures the others against it, bench kernels --op mla),
-// its crossover (kCross), the prefill variant with the crossover producer (kFp8Cross), or the
-// lockstep kernel's f16 variant (kF16). OSPREY_MLA_FP8=lockstep|crossover|pipelined|f16, or
-// set_mla_fp8_kernel.
+// The kernel of FP8-cache calls with H a multiple of 128 (hooks.h MlaFp8Kernel): Auto (the
+// default), the lockstep kernel, its crossover (kCross), the prefill variant with the crossover
+// producer (kFp8Cross), or the lockstep kernel's f16 variant (kF16).
+// OSPREY_MLA_FP8=auto|lockstep|crossover|pipelined|f16, or set_mla_fp8_kernel.
 int g_fp8_kernel_set = -1;  // -1: not read yet, else a MlaFp8Kernel
 MlaFp8Kernel fp8_kernel_setting() {
   if (g_fp8_kernel_set < 0) {
     const char* e = std::getenv("OSPREY_MLA_FP8");
-    const std::string_view v = e ? e : "lockstep";
-    OSPREY_CHECK(v == "lockstep" || v == "crossover" || v == "pipelined" || v == "f16",
-                 "OSPREY_MLA_FP8 must be 'lockstep' (the default), 'crossover', 'pipelined' or "
-                 "'f16', not '",
-                 v, "'");
+    const std::string_view v = e ? e : "auto";
+    OSPREY_CHECK(
+        v == "auto" || v == "lockstep" || v == "crossover" || v == "pipelined" || v == "f16",
+        "OSPREY_MLA_FP8 must be 'auto' (the default), 'lockstep', 'crossover', 'pipelined' or "
+        "'f16', not '",
+        v, "'");
     g_fp8_kernel_set = int(v == "crossover"   ? MlaFp8Kernel::Crossover
                            : v == "pipelined" ? MlaFp8Kernel::Pipelined
                            : v == "f16"       ? MlaFp8Kernel::F16
-                                              : MlaFp8Kernel::Lockstep);
+                           : v == "lockstep"  ? MlaFp8Kernel::Lockstep
+                                              : MlaFp8Kernel::Auto);
   }
   return MlaFp8Kernel(g_fp8_kernel_set);
+}
+// Auto's choice: the f16 variant from kMlaF16MinTokens query tokens a call, the lockstep kernel
+// below. Measured (bench kernels --op mla --mla-kernel 'sparse decode', H100, 2026-12-07, ctx
+// 5000, µs lockstep / f16): B = 1 22.6 / 30.8, B = 16 67.1 / 66.1, B = 64 162.7 / 147.9,
+// B = 128 322.7 / 307.5, B = 64 s_q = 2 316.4 / 300.4. Below 16 tokens the f16 variant's longer
+// q staging (the max reduction and the pre-scale) is not repaid by its cheaper conversion.
+constexpr int64_t kMlaF16MinTokens = 16;
+MlaFp8Kernel resolve_fp8_kernel(MlaFp8Kernel k, int64_t n_tokens) {
+  if (k != MlaFp8Kernel::Auto) return k;
+  return n_tokens >= kMlaF16MinTokens ? MlaFp8Kernel::F16 : MlaFp8Kernel::Lockstep;
 }
 int64_t g_fp8_cross_calls = 0;
 int64_t g_fp8_f16_calls = 0;
@@ -1769,10 +1780,11 @@ bool f16_holds_latent() {
   if (bound <= kMlaF16LatentLimit) return true;
   static std::once_flag said;
   std::call_once(said, [bound] {
-    std::fprintf(stderr,
-                 "osprey: OSPREY_MLA_FP8=f16 declined: the model's latent cache values reach %g, "
-                 "past what f16 holds (%g); the lockstep kernel serves FP8 attention\n",
-                 double(bound), double(kMlaF16LatentLimit));
+    std::fprintf(
+        stderr,
+        "osprey: the f16 FP8 MLA kernel declined: the model's latent cache values reach %g, "
+        "past what f16 holds (%g); the lockstep kernel serves FP8 attention\n",
+        double(bound), double(kMlaF16LatentLimit));
   });
   return false;
 }
@@ -2052,6 +2064,7 @@ const char* mla_fp8_kernel_name(MlaFp8Kernel k) {
   return k == MlaFp8Kernel::Crossover   ? "crossover"
          : k == MlaFp8Kernel::Pipelined ? "pipelined"
          : k == MlaFp8Kernel::F16       ? "f16"
+         : k == MlaFp8Kernel::Auto      ? "auto"
                                         : "lockstep";
 }
 int64_t mla_fp8_crossover_calls() {
@@ -2108,7 +2121,8 @@ void mla_decode_sm90(Tensor out, Tensor q, Tensor cache, const AttentionMeta& m,
   const bool q_bf16 = q.dtype == DType::BF16, out_bf16 = out.dtype == DType::BF16;
   // The crossover kernels pair head groups 2·i, 2·i + 1 of a part in one cluster.
   // The f16 variant takes any H.
-  MlaFp8Kernel cross = fp8 ? fp8_kernel_setting() : MlaFp8Kernel::Lockstep;
+  MlaFp8Kernel cross =
+      fp8 ? resolve_fp8_kernel(fp8_kernel_setting(), m.n_tokens) : MlaFp8Kernel::Lockstep;
   const bool paired = cross == MlaFp8Kernel::Crossover || cross == MlaFp8Kernel::Pipelined;
   if (paired && groups % 2 != 0) cross = MlaFp8Kernel::Lockstep;
   if (cross == MlaFp8Kernel::F16 && !f16_holds_latent()) cross = MlaFp8Kernel::Lockstep;

@@ -53,16 +53,17 @@ int64_t mla_prefill_variant_calls();
 bool set_mla_combine_few_splits(bool enabled);
 bool mla_combine_few_splits();
 // The kernel of FP8-cache calls with H a multiple of 128: Lockstep (every CTA dequantises every
-// key tile it reads; the default until measured), Crossover (the lockstep kernel with both head
-// groups of a part in a cluster of two CTAs, each dequantising half of every tile for both) or
-// Pipelined (the BF16 prefill variant's consumers over the crossover's dequantised tiles), or
-// F16 (the lockstep kernel with the latent in f16: e4m3 → f16 exact, × the scale in f16, one
-// instruction a value where BF16 takes about three; q's latent part in f16 after a power-of-two
-// pre-scale, P in f16, the rope in BF16; any H). OSPREY_MLA_FP8=lockstep|crossover|pipelined|f16.
-// Other FP8 calls (H ≤ 64) keep the lockstep kernel unless F16 is chosen. F16 is a variant: a
-// cached latent value above 65504 overflows it (the BF16 kernels have no such limit). Returns the
-// previous setting.
-enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined, F16 };
+// key tile it reads), Crossover (the lockstep kernel with both head groups of a part in a cluster
+// of two CTAs, each dequantising half of every tile for both) or Pipelined (the BF16 prefill
+// variant's consumers over the crossover's dequantised tiles), or F16 (the lockstep kernel with the
+// latent in f16: e4m3 → f16 exact, × the scale in f16, one instruction a value where BF16 takes
+// about three; q's latent part in f16 after a power-of-two pre-scale, P in f16, the rope in BF16;
+// any H), or Auto (the default: F16 for calls of at least kMlaF16MinTokens query tokens, Lockstep
+// below; decode_sm90.cu says what was measured). OSPREY_MLA_FP8=auto|lockstep|crossover|
+// pipelined|f16. Other FP8 calls (H ≤ 64) keep the lockstep kernel unless F16 or Auto chooses F16.
+// F16 holds cached latent values up to 65504 only: it serves a call only while the loaded model's
+// latent bound (ops/mla.h) allows, else the lockstep kernel does. Returns the previous setting.
+enum class MlaFp8Kernel { Lockstep, Crossover, Pipelined, F16, Auto };
 MlaFp8Kernel set_mla_fp8_kernel(MlaFp8Kernel k);
 MlaFp8Kernel mla_fp8_kernel();
 const char* mla_fp8_kernel_name(MlaFp8Kernel k);
