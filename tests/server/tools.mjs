@@ -148,4 +148,5 @@ for (const p of problems) {
   if (lastNumber(m.content) === String(p.answer) && /The answer is/.test(m.content)) thoughtful++;
 }
 check(thoughtful >= 6, `thinking-mode answers right: ${thoughtful}/${problems.length} (need 6)`);
+console.log(`tools: calculator round trips right ${answered}/${problems.length}, thinking-mode answers right ${thoughtful}/${problems.length}`);
 done('tools');
