@@ -9,8 +9,9 @@
 #     and at batch 1 (single-stream speed), seconds per run in the logs
 #   4 osprey serve --device cuda on osprey-arith with / without MTP + bench serve (tok/s at
 #     concurrency 1 and 16; the report's Speculative Decoding section)
-#   5 the dsv32 proxy (random FP8 weights, 5 layers of DeepSeek-V3.2's shapes): bench step decode
-#     vs verify (s_q = 1 + K) at B = 1, 16, 64 for K = 1, 2, 3
+#   5 the dsv32 proxy (random FP8 weights, 5 layers of DeepSeek-V3.2's shapes and one MTP layer):
+#     bench step decode vs verify (s_q = 1 + K) and the MTP catch-up / draft steps at B = 1, 16,
+#     64 for K = 1, 2, 3, with the speedup at step 3's measured mean accepted length
 # Every step logs to OUT_DIR; summary.txt lists PASS / FAIL / SKIP per step.
 set -u
 build=${1:?BUILD_DIR}; out=${2:?OUT_DIR}
@@ -110,8 +111,12 @@ fi
 proxy="$out/dsv32-proxy"
 "$osprey" make-model --preset dsv32 --out "$proxy" --config-only > /dev/null
 for k in 1 2 3; do
+  # The speedup at the bundled model's measured mean accepted length (step 3's report), if any.
+  acc=()
+  len=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["spec_mean_accepted_length"])' \
+    "$out/arith_b64_k$k.json" 2>/dev/null) && acc=(--accepted-length "$len")
   step "dsv32_step_k$k" "$osprey" bench step --model "$proxy" --load-format dummy \
-    --batch 1,16,64 --context 5000 --spec-tokens $k
+    --batch 1,16,64 --context 5000 --spec-tokens $k "${acc[@]}"
 done
-grep -h "^decode\|^verify" "$out"/dsv32_step_k*.log | tee -a "$summary"
+grep -h "^decode\|^verify\|^mtp\|^MTP" "$out"/dsv32_step_k*.log | tee -a "$summary"
 cat "$summary"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -61,11 +62,64 @@ struct Row {
 };
 }  // namespace
 
+// The MTP layer's steps around a verify step of B sequences and K drafts (engine/mtp_drafter.h),
+// timed like the rest (eager, CUDA events; logits left on the device, as the drafter's argmax
+// reads them there):
+//   catch-up: the MTP layer over each sequence's kept tokens, here all 1 + K (every draft
+//             accepted: the most it costs), its logits at each sequence's last one;
+//   draft:    one MTP step of one token a sequence, run K − 1 times a step (drafts d_2 .. d_K).
+// With o.accepted_length = L, MTP decoding makes L tokens a sequence per engine step of
+// verify + catch-up + (K − 1) · draft, where plain decoding makes 1 per decode step: the speedup
+// printed is L · decode / (verify + catch-up + (K − 1) · draft).
+template <typename BlocksOf>
+void time_mtp_steps(const DeepseekModel& model, PagedKVCache& cache, const ModelConfig& c,
+                    const StepOptions& o, int B, int K, double verify_ms, double decode_ms,
+                    const BlocksOf& blocks_of, std::mt19937& rng, std::vector<Row>& rows) {
+  std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
+  const int64_t D = c.hidden_size;
+  auto time_mtp = [&](int per_seq) {
+    std::vector<SeqStep> seqs;
+    for (int s = 0; s < B; ++s) {
+      std::vector<int32_t> t(static_cast<size_t>(per_seq));
+      for (auto& x : t) x = tok(rng);
+      seqs.push_back(SeqStep{t, int32_t(o.context - 1), blocks_of(s), false});
+    }
+    OwnedBatch batch(seqs, kBlockSize);
+    // hidden [B · per_seq, D] F32: the main model's (or the last draft's) hidden states, random
+    Storage hidden(Device::CUDA, DType::F32, {int64_t(B) * per_seq, D});
+    ops::cuda::fill_uniform(hidden.view(), o.seed + 300 + uint64_t(per_seq), -1.0f, 1.0f);
+    Storage logits(Device::CUDA, DType::F32, {B, c.vocab_size});  // [B, V] last token's
+    Storage out_hidden(Device::CUDA, DType::F32, {B, D});         // [B, D] next draft's hidden
+    return ops::cuda::time_events(
+        [&] {
+          model.forward_mtp(batch.batch(), hidden.view(), cache, logits.view(), out_hidden.view());
+        },
+        o.warmup, o.iters);
+  };
+  const ops::cuda::Timing catch_up = time_mtp(1 + K);
+  const ops::cuda::Timing draft = time_mtp(1);
+  const StepCost none{};
+  rows.push_back(
+      {"mtp catch-up B=" + std::to_string(B) + " x" + std::to_string(1 + K), catch_up, none, B});
+  rows.push_back({"mtp draft B=" + std::to_string(B), draft, none, B});
+  if (o.accepted_length <= 0) return;
+  const double step_ms = verify_ms + catch_up.median_ms + (K - 1) * draft.median_ms;
+  std::printf(
+      "MTP K=%d B=%d at mean accepted length %.3f: verify %.3f + catch-up %.3f + %d x draft "
+      "%.3f = %.3f ms an engine step for %.3f tokens a sequence, against decode %.3f ms for 1: "
+      "speedup %.2fx\n",
+      K, B, o.accepted_length, verify_ms, catch_up.median_ms, K - 1, draft.median_ms, step_ms,
+      o.accepted_length, decode_ms, o.accepted_length * decode_ms / step_ms);
+}
+
 void run_step_benchmark(const StepOptions& o) {
   if (cuda::device_count() == 0) fail("osprey bench step: no CUDA device");
   if (o.model_dir.empty() == o.preset.empty()) fail("give one of --model DIR or --preset NAME");
   const bool dummy = !o.preset.empty() || o.load_format == "dummy";
   ModelConfig c = o.preset.empty() ? ModelConfig::from_file(o.model_dir) : preset_config(o.preset);
+  // Verify steps come with MTP draft steps: a dummy model gets DeepSeek's one MTP layer.
+  const bool mtp_added = o.spec_tokens > 0 && dummy && c.num_nextn_predict_layers == 0;
+  if (mtp_added) c.num_nextn_predict_layers = 1;
   bool fp8 = o.fp8;
   ModelWeights w;
   if (dummy) {
@@ -84,6 +138,11 @@ void run_step_benchmark(const StepOptions& o) {
               fp8 ? "FP8 linears" : "BF16 linears",
               dummy ? "random on the GPU (dummy)" : "from files", double(total_b - free_b) / 1e9,
               double(total_b) / 1e9);
+  const bool time_mtp = o.spec_tokens > 0 && model.has_mtp();
+  if (o.spec_tokens > 0)
+    std::printf("MTP layer: %s\n", !time_mtp   ? "none (the draft steps are not timed)"
+                                   : mtp_added ? "one, added to the config (dummy weights)"
+                                               : "the model's");
 
   // Ceilings of this card, now.
   const double copy_gbs = ops::cuda::copy_bandwidth_gbs(size_t(4) << 30);
@@ -117,9 +176,10 @@ void run_step_benchmark(const StepOptions& o) {
   std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const int64_t blocks_per_seq = (std::max(o.context, o.prefill) + kBlockSize) / kBlockSize + 1;
-  PagedKVCache cache = model.make_cache(blocks_per_seq * max_batch);
-  // Random cache contents (never time on zeros): as if every sequence had `context` tokens.
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  PagedKVCache cache = model.make_cache(blocks_per_seq * max_batch, time_mtp);
+  // Random cache contents (never time on zeros): as if every sequence had `context` tokens (the
+  // MTP layer's cache layer too).
+  for (int l = 0; l < c.num_hidden_layers + (time_mtp ? 1 : 0); ++l) {
     // The FP8 latent cache (U8) likewise: e4m3 bytes in [-1, 1] everywhere, so the scales read as
     // tiny finite fp32 and the rope part as finite bf16 (fine for timing).
     Tensor lat = cache.latent(l);
@@ -140,6 +200,7 @@ void run_step_benchmark(const StepOptions& o) {
   };
 
   std::vector<Row> rows;
+  std::map<int, double> decode_ms;  // batch -> the eager decode step's median
   for (int B : o.batches) {
     std::vector<SeqStep> seqs;
     for (int s = 0; s < B; ++s)
@@ -148,6 +209,7 @@ void run_step_benchmark(const StepOptions& o) {
     Buffer logits(DType::F32, {B, c.vocab_size});
     const auto t = ops::cuda::time_events([&] { model.forward(batch.batch(), cache, logits); },
                                           o.warmup, o.iters);
+    decode_ms[B] = t.median_ms;
     rows.push_back(
         {"decode B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), t,
          decode_cost(c, fp8, B, o.context,
@@ -208,6 +270,8 @@ void run_step_benchmark(const StepOptions& o) {
          decode_cost(c, fp8, B, o.context,
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});
+    if (time_mtp)
+      time_mtp_steps(model, cache, c, o, B, K, t.median_ms, decode_ms[B], blocks_of, rng, rows);
     if (!o.cuda_graph) continue;
     // The same verify step as a graph replay (key (B, 1 + K), no padding), every row's logits
     // read back like the eager row's.
@@ -270,7 +334,9 @@ void run_step_benchmark(const StepOptions& o) {
         "row; GB and tok/s as its decode row: the bytes a decode reads, B sequences. With mean "
         "accepted length L (tokens per verify), MTP decoding gives L tokens per verify step + %d "
         "MTP layer steps; vgraph rows, with --cuda-graph: the same verify step as a graph "
-        "replay)\n",
+        "replay; mtp rows (an MTP layer present): its catch-up over 1 + K tokens a sequence and "
+        "one draft step of 1, eager, no byte or FLOP model (GB 0); --accepted-length L prints "
+        "the speedup L * decode / (verify + catch-up + (K - 1) * draft))\n",
         o.spec_tokens, o.spec_tokens);
   if (o.engine_loop) run_engine_loop(model, engine_loop_options(o));
 }

@@ -23,6 +23,10 @@ struct StepOptions {
   // > 0: also time, at each batch size, a speculative verify step: every sequence brings its
   // token + spec_tokens drafts (s_q = 1 + K on the decode path, logits of every row).
   int spec_tokens = 0;
+  // With spec_tokens: the MTP layer's draft steps are timed too (a dummy model gets DeepSeek's one
+  // MTP layer when its config has none), and > 0 prints the speedup MTP decoding gives at this
+  // mean accepted length (tokens a sequence per verify step, 1 .. 1 + spec_tokens).
+  double accepted_length = 0;
   // Also run the decode steps through the engine loop with async scheduling on and off
   // (bench/engine_loop.h): host time per step, the device's idle gap, identical tokens. The one
   // part that runs without CUDA (with --model, on the CPU).

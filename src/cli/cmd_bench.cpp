@@ -201,6 +201,10 @@ void add_step(CLI::App& bench) {
                   "also time a speculative verify step per batch size: 1 + this many tokens per "
                   "sequence (MTP's K, 0: none)")
       ->check(CLI::Range(0, 3));
+  sub->add_option("--accepted-length", a->accepted_length,
+                  "with --spec-tokens K: print the speedup of MTP decoding at this mean accepted "
+                  "length (tokens a sequence per verify step, 1 .. 1 + K; e.g. the one `osprey "
+                  "eval --speculative-config` reports)");
   sub->add_option("--prefill", a->prefill, "also time a prefill of this many tokens (0: none)")
       ->capture_default_str();
   sub->add_option("--warmup", a->warmup, "untimed decode steps first")->capture_default_str();
@@ -228,6 +232,10 @@ void add_step(CLI::App& bench) {
     if (a->load_format != "auto" && a->load_format != "dummy")
       fail("--load-format must be auto or dummy, got '", a->load_format, "'");
     if (a->context < 1) fail("--context must be at least 1");
+    if (a->accepted_length != 0 &&
+        (a->spec_tokens == 0 || a->accepted_length < 1 || a->accepted_length > 1 + a->spec_tokens))
+      fail("--accepted-length must lie in 1 .. 1 + --spec-tokens (", 1 + a->spec_tokens,
+           ") and needs --spec-tokens, got ", a->accepted_length);
     a->batches = parse_batches(*batches);
     bench::run_step_benchmark(*a);
   });
