@@ -136,11 +136,17 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// 4 e4m3 bytes → 4 f16 (exact, one instruction a pair): bytes 0–1 into lo, 2–3 into hi.
+__device__ __forceinline__ void e4m3x4_to_f16(uint32_t w, __half2& lo, __half2& hi) {
+  lo = __half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3));
+  hi = __half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3));
+}
+
 // 4 e4m3 bytes × s → 4 BF16 (two words), through f16 (exact) and F32 (the CPU twin's product).
 __device__ __forceinline__ uint2 dequant4(uint32_t w, float s) {
-  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3);
-  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
-  const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+  __half2 lo, hi;
+  e4m3x4_to_f16(w, lo, hi);
+  const float2 a = __half22float2(lo), b = __half22float2(hi);
   return make_uint2(bf16x2(a.x * s, a.y * s), bf16x2(b.x * s, b.y * s));
 }
 
@@ -152,9 +158,9 @@ __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 __device__ __forceinline__ uint2 dequant4_f16(uint32_t w, __half2 s) {
-  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3);
-  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
-  const __half2 a = __hmul2(__half2(lo), s), b = __hmul2(__half2(hi), s);
+  __half2 lo, hi;
+  e4m3x4_to_f16(w, lo, hi);
+  const __half2 a = __hmul2(lo, s), b = __hmul2(hi, s);
   return make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
 }
 
@@ -316,25 +322,31 @@ __device__ __forceinline__ int64_t attended_row(const Params& a, int t, int s, i
 
 // Q of token t, heads 64·g .. 64·g + 63, its first kUnits·8 columns as BF16 into the SW128 tile q
 // (rows past H zero), by the 256 consumer threads.
-template <typename Tq, int kUnits>
-__device__ __forceinline__ void stage_q(uint8_t* q, const Params& a, int t, int g) {
+// The Q tile's layout, for stage_q and stage_q_f16: unit (hr, cu), 8 values of head row hr and
+// columns 8·cu .. 8·cu + 7, is the 16 bytes unit(h, cu) returns (h = 64·g + hr < H), else zeros,
+// stored in chunk cu / 8 of q at its SW128 place; by the 256 consumer threads.
+template <int kUnits, typename Unit>
+__device__ __forceinline__ void store_q_units(uint8_t* q, const Params& a, int g, Unit unit) {
   for (int u = int(threadIdx.x); u < kHeadsPerCta * kUnits; u += kConsumerThreads) {
     const int hr = u / kUnits, cu = u % kUnits;
     const int h = g * kHeadsPerCta + hr;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (h < a.H) {
-      const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
-      if constexpr (sizeof(Tq) == 4) {
-        const float4 x = reinterpret_cast<const float4*>(src)[0];
-        const float4 y = reinterpret_cast<const float4*>(src)[1];
-        v = make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
-      } else {
-        v = *reinterpret_cast<const uint4*>(src);
-      }
-    }
+    const uint4 v = h < a.H ? unit(h, cu) : make_uint4(0u, 0u, 0u, 0u);
     hw::st_shared_16(
         q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
   }
+}
+template <typename Tq, int kUnits>
+__device__ __forceinline__ void stage_q(uint8_t* q, const Params& a, int t, int g) {
+  store_q_units<kUnits>(q, a, g, [&](int h, int cu) {
+    const Tq* src = static_cast<const Tq*>(a.q) + (int64_t(t) * a.H + h) * kWidth + cu * 8;
+    if constexpr (sizeof(Tq) == 4) {
+      const float4 x = reinterpret_cast<const float4*>(src)[0];
+      const float4 y = reinterpret_cast<const float4*>(src)[1];
+      return make_uint4(bf16x2(x.x, x.y), bf16x2(x.z, x.w), bf16x2(y.x, y.y), bf16x2(y.z, y.w));
+    } else {
+      return *reinterpret_cast<const uint4*>(src);
+    }
+  });
 }
 
 // The f16 variant's Q (kF16): as stage_q (values rounded to BF16 first, as the CPU twin reads
@@ -384,21 +396,14 @@ __device__ __forceinline__ float stage_q_f16(uint8_t* q, float* warp_amax, const
   // amax < 2^15: k = 0; else 2^e ≤ amax < 2^(e + 1) and k = e − 14 (inf or NaN q: k capped).
   const int k = amax < 32768.0f ? 0 : min(ilogbf(amax) - 14, 120);
   const float down = ldexpf(1.0f, -k);
-  for (int u = int(threadIdx.x); u < kHeadsPerCta * kUnits; u += kConsumerThreads) {
-    const int hr = u / kUnits, cu = u % kUnits;
-    const int h = g * kHeadsPerCta + hr;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (h < a.H) {
-      float x[8];
-      load_q_unit<Tq>(a, t, h, cu, x);
-      auto pack = [&](float lo, float hi) {
-        return cu < kLat / 8 ? f16x2(lo * down, hi * down) : bf16x2(lo * down, hi * down);
-      };
-      v = make_uint4(pack(x[0], x[1]), pack(x[2], x[3]), pack(x[4], x[5]), pack(x[6], x[7]));
-    }
-    hw::st_shared_16(
-        q + (cu >> 3) * kChunkBytes + hr * 128 + ((uint32_t((cu & 7) ^ (hr & 7))) << 4), v);
-  }
+  store_q_units<kUnits>(q, a, g, [&](int h, int cu) {
+    float x[8];
+    load_q_unit<Tq>(a, t, h, cu, x);
+    auto pack = [&](float lo, float hi) {
+      return cu < kLat / 8 ? f16x2(lo * down, hi * down) : bf16x2(lo * down, hi * down);
+    };
+    return make_uint4(pack(x[0], x[1]), pack(x[2], x[3]), pack(x[4], x[5]), pack(x[6], x[7]));
+  });
   return ldexpf(1.0f, k);
 }
 
