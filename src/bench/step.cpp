@@ -71,20 +71,14 @@ struct Row {
 // With o.accepted_length = L, MTP decoding makes L tokens a sequence per engine step of
 // verify + catch-up + (K − 1) · draft, where plain decoding makes 1 per decode step: the speedup
 // printed is L · decode / (verify + catch-up + (K − 1) · draft).
-template <typename BlocksOf>
+// decoding_seqs(B, n, all_logits): run_step_benchmark's B sequences of n random tokens each.
+template <typename DecodingSeqs>
 void time_mtp_steps(const DeepseekModel& model, PagedKVCache& cache, const ModelConfig& c,
                     const StepOptions& o, int B, int K, double verify_ms, double decode_ms,
-                    const BlocksOf& blocks_of, std::mt19937& rng, std::vector<Row>& rows) {
-  std::uniform_int_distribution<int> tok(2, c.vocab_size - 1);
+                    const DecodingSeqs& decoding_seqs, std::vector<Row>& rows) {
   const int64_t D = c.hidden_size;
   auto time_mtp = [&](int per_seq) {
-    std::vector<SeqStep> seqs;
-    for (int s = 0; s < B; ++s) {
-      std::vector<int32_t> t(static_cast<size_t>(per_seq));
-      for (auto& x : t) x = tok(rng);
-      seqs.push_back(SeqStep{t, int32_t(o.context - 1), blocks_of(s), false});
-    }
-    OwnedBatch batch(seqs, kBlockSize);
+    OwnedBatch batch(decoding_seqs(B, per_seq, false), kBlockSize);
     // hidden [B · per_seq, D] F32: the main model's (or the last draft's) hidden states, random
     Storage hidden(Device::CUDA, DType::F32, {int64_t(B) * per_seq, D});
     ops::cuda::fill_uniform(hidden.view(), o.seed + 300 + uint64_t(per_seq), -1.0f, 1.0f);
@@ -198,14 +192,22 @@ void run_step_benchmark(const StepOptions& o) {
     std::iota(b.begin(), b.end(), int32_t(s * blocks_per_seq));
     return b;
   };
+  // B decoding sequences at position context − 1, each bringing n random tokens (its own 1, or
+  // 1 + K for a verify step), with logits of every token (all_logits) or of the last.
+  auto decoding_seqs = [&](int B, int n, bool all_logits) {
+    std::vector<SeqStep> seqs;
+    for (int s = 0; s < B; ++s) {
+      std::vector<int32_t> t(static_cast<size_t>(n));
+      for (auto& x : t) x = tok(rng);
+      seqs.push_back(SeqStep{t, int32_t(o.context - 1), blocks_of(s), all_logits});
+    }
+    return seqs;
+  };
 
   std::vector<Row> rows;
   std::map<int, double> decode_ms;  // batch -> the eager decode step's median
   for (int B : o.batches) {
-    std::vector<SeqStep> seqs;
-    for (int s = 0; s < B; ++s)
-      seqs.push_back(SeqStep{{tok(rng)}, int32_t(o.context - 1), blocks_of(s), false});
-    OwnedBatch batch(seqs, kBlockSize);
+    OwnedBatch batch(decoding_seqs(B, 1, false), kBlockSize);
     Buffer logits(DType::F32, {B, c.vocab_size});
     const auto t = ops::cuda::time_events([&] { model.forward(batch.batch(), cache, logits); },
                                           o.warmup, o.iters);
@@ -253,13 +255,7 @@ void run_step_benchmark(const StepOptions& o) {
   }
   for (int B : o.spec_tokens > 0 ? o.batches : std::vector<int>{}) {
     const int K = o.spec_tokens;
-    std::vector<SeqStep> seqs;
-    for (int s = 0; s < B; ++s) {
-      std::vector<int32_t> t(static_cast<size_t>(1 + K));
-      for (auto& x : t) x = tok(rng);
-      seqs.push_back(SeqStep{t, int32_t(o.context - 1), blocks_of(s), true});
-    }
-    OwnedBatch owned(seqs, kBlockSize);
+    OwnedBatch owned(decoding_seqs(B, 1 + K, true), kBlockSize);
     ForwardBatch batch = owned.batch();
     batch.spec_decode = true;  // the decode (absorbed) path with s_q = 1 + K, as the engine runs it
     Buffer logits(DType::F32, {int64_t(B) * (1 + K), c.vocab_size});
@@ -271,7 +267,7 @@ void run_step_benchmark(const StepOptions& o) {
                      PagedKVCache::latent_token_bytes(c, Device::CUDA, model.fp8_latent_cache())),
          B});
     if (time_mtp)
-      time_mtp_steps(model, cache, c, o, B, K, t.median_ms, decode_ms[B], blocks_of, rng, rows);
+      time_mtp_steps(model, cache, c, o, B, K, t.median_ms, decode_ms[B], decoding_seqs, rows);
     if (!o.cuda_graph) continue;
     // The same verify step as a graph replay (key (B, 1 + K), no padding), every row's logits
     // read back like the eager row's.
