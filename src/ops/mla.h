@@ -110,9 +110,10 @@ bool mla_absorbed_prefill_preferred(Device device, int64_t heads, int64_t kv_lor
 // model registered one). The latent is RMSNorm(c) ⊙ w (kv_a_layernorm), each normalised value at
 // most sqrt(kv_lora) in magnitude, so the bound is sqrt(kv_lora) · max |w| over the layers
 // (model/deepseek.h mla_latent_bound_of); DeepseekModel registers it at load. The FP8 decode's
-// f16 variant (OSPREY_MLA_FP8=f16) takes a call only while the bound is unknown or at most
-// kMlaF16LatentLimit: f16's largest value, 65504, less 8% for the f16 rounding of the tile scale
-// and of its product (2^-10 together) and the F32 norm's. Past it the lockstep kernel serves.
+// f16 variant (the default for calls of 16 query tokens or more, or OSPREY_MLA_FP8=f16) takes a
+// call only while the bound is unknown or at most kMlaF16LatentLimit: f16's largest value, 65504,
+// less 8% for the f16 rounding of the tile scale and of its product (2^-10 together) and the F32
+// norm's. Past it the lockstep kernel serves.
 constexpr float kMlaF16LatentLimit = 60000.0f;
 void set_mla_latent_bound(float bound);  // bound ≥ 0 (+inf: a bound no kernel can rely on)
 float mla_latent_bound();
