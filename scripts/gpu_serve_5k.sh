@@ -53,6 +53,10 @@ fi
 # for an A/B of the capture sizes.
 read -r -a extra <<<"${SERVE_EXTRA:-}"
 serve_args+=("${extra[@]}")
+# BENCH_EXTRA (env): more `osprey bench serve` flags, e.g. the rooflines of the card that runs
+# ("--roofline-copy-gbs 3050 --roofline-fp8-tflops 1300 --roofline-bf16-tflops 700", measured in
+# the same call) where it is not the H200 whose rates are the default.
+read -r -a bench_extra <<<"${BENCH_EXTRA:-}"
 status=0
 summary=()
 
@@ -79,7 +83,7 @@ bench() {
   OSPREY_SERVER_LOG=$cfg/$name.server.log timeout --signal=TERM "$left" \
     "$here/scripts/server_test.sh" "$osprey" "${serve_args[@]}" --token-budget-policy "$pol" -- \
     bash -c '"$0" bench serve --base-url "$OSPREY_URL" --tokenizer "$1" --model-dir "$1" --no-progress "${@:2}" && bash "$1/after_checks.sh"' \
-    "$osprey" "$cfg" "$@" >"$log/$name.bench.log" 2>&1 || rc=$?
+    "$osprey" "$cfg" "$@" "${bench_extra[@]}" >"$log/$name.bench.log" 2>&1 || rc=$?
   {
     echo "==== $name server log (policy $pol) ===="
     grep -v 'osprey serve: prompt throughput' "$cfg/$name.server.log" 2>/dev/null | tail -20
