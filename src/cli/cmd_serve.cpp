@@ -77,10 +77,7 @@ void check_cuda_fits(const std::string& dir, bool dummy) {
       "--device cuda: this osprey was built without the CUDA backend (see `osprey --version`); "
       "rebuild where nvcc is installed, or serve with --device cpu");
 #else
-  if (cuda::device_count() == 0)
-    fail(
-        "--device cuda: no CUDA device is visible (cudaGetDeviceCount found none; check "
-        "nvidia-smi and CUDA_VISIBLE_DEVICES), or serve with --device cpu");
+  cuda::require_device();
   const ModelConfig c = ModelConfig::from_file(dir);
   double need = 0;
   for (const WeightSpec& w : weight_specs(c))

@@ -19,9 +19,12 @@ DeviceBuffer::DeviceBuffer(DType dtype, Shape shape) : dtype_(dtype), shape_(std
   bytes = (bytes + 255) / 256 * 256;
   if (bytes == 0) bytes = 256;
   const cudaError_t e = cudaMalloc(&data_, bytes);
-  if (e != cudaSuccess)
+  if (e == cudaErrorMemoryAllocation)
     fail("out of GPU memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape_),
          ": ", cudaGetErrorString(e));
+  if (e != cudaSuccess)  // no device, no driver, a device lost: not a matter of memory
+    fail("cudaMalloc of ", bytes, " bytes for a tensor of shape ", shape_str(shape_),
+         " failed: ", cudaGetErrorString(e));
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -65,6 +68,13 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+void require_device() {
+  if (device_count() == 0)
+    fail(
+        "--device cuda: no CUDA device is visible (cudaGetDeviceCount found none; check "
+        "nvidia-smi and CUDA_VISIBLE_DEVICES), or run with --device cpu");
 }
 
 void copy(Tensor dst, Tensor src) {

@@ -36,6 +36,10 @@ class DeviceBuffer {
 namespace cuda {
 // Number of CUDA devices usable by this process (0 when there is no GPU or no driver).
 int device_count();
+// Fails, saying so, when no CUDA device is visible: called before a model is put on the GPU, where
+// the first cudaMalloc would otherwise fail with the driver's words ("CUDA driver version is
+// insufficient ..."), which do not say that no GPU is there.
+void require_device();
 // Copies between tensors of equal dtype and element count; each side's device says where it lives.
 // Synchronous with respect to the host.
 void copy(Tensor dst, Tensor src);

@@ -5,6 +5,9 @@
 #include <filesystem>
 
 #include "core/error.h"
+#ifdef OSPREY_WITH_CUDA
+#include "core/device_buffer.h"
+#endif
 #include "model/greedy.h"
 #include "model/make_model.h"
 
@@ -17,6 +20,9 @@ ModelBundle load_model_bundle(const std::string& dir, const ModelBundleOptions& 
   b.dir = dir;
   if (!fs::exists(fs::path(dir) / "config.json"))
     fail("no config.json in '", dir, "': give --model a Hugging Face model folder");
+#ifdef OSPREY_WITH_CUDA
+  if (o.device == Device::CUDA) cuda::require_device();  // the dummy and parallel paths too
+#endif
   if (o.parallel.parallel()) {
     RankGroupOptions ro;
     ro.device = o.device;

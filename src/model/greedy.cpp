@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#ifdef OSPREY_WITH_CUDA
+#include "core/device_buffer.h"
+#endif
 #include "model/safetensors.h"
 
 namespace osprey {
@@ -17,6 +20,9 @@ std::unique_ptr<DeepseekModel> load_model_cpu(const std::string& dir, const Mode
 }
 
 std::unique_ptr<DeepseekModel> load_model_cuda(const std::string& dir, const ModelConfig* config) {
+#ifdef OSPREY_WITH_CUDA
+  cuda::require_device();
+#endif
   ModelConfig c = config ? *config : ModelConfig::from_file(dir);
   Checkpoint ck(dir);
   ModelWeights w = load_weights_cuda(ck, c);

@@ -36,6 +36,11 @@ if [[ $cuda_built == 0 ]]; then
 elif ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   run serve --port 0 --device cuda
   [[ $rc == 1 && $out == *"no CUDA device is visible"* ]] || fail "--device cuda without a device: $out"
+  # eval and generate load through the same bundle: the same message, not a cudaMalloc error.
+  run eval --task arith --limit 1 --device cuda --report /dev/null --failures /dev/null
+  [[ $rc == 1 && $out == *"no CUDA device is visible"* ]] || fail "eval --device cuda without a device: $out"
+  run generate --tokens 1,2,3 --max-tokens 2 --device cuda
+  [[ $rc == 1 && $out == *"no CUDA device is visible"* ]] || fail "generate --device cuda without a device: $out"
 fi
 
 run serve --port 0 --shutdown-timeout -1
