@@ -60,6 +60,22 @@ struct Row {
   StepCost cost;
   int tokens;
 };
+
+// After a graph's node counts: each memset node's bytes and the kernels beside it (a step should
+// hold none), and cuBLASLt's algorithm choices so far (a GEMM whose every candidate zero-fills
+// something is one source of them).
+void print_memset_nodes(const cuda::GraphNodeCounts& n) {
+  for (size_t i = 0; i < n.memset_bytes.size(); ++i)
+    std::printf("  memset node of %lld bytes (a step should hold none), %s\n",
+                static_cast<long long>(n.memset_bytes[i]),
+                i < n.memset_neighbours.size() ? n.memset_neighbours[i].c_str() : "");
+  const ops::cuda::LtAlgoStats lt = ops::cuda::lt_algo_stats();
+  std::printf(
+      "  cuBLASLt so far: %lld GEMMs; %lld took a later heuristic choice than the first (which "
+      "held a memset node), %lld had no choice without one\n",
+      static_cast<long long>(lt.gemms), static_cast<long long>(lt.later_choice),
+      static_cast<long long>(lt.no_clean_choice));
+}
 }  // namespace
 
 // The MTP layer's steps around a verify step of B sequences and K drafts (engine/mtp_drafter.h),
@@ -237,16 +253,7 @@ void run_step_benchmark(const StepOptions& o) {
         "captures)\n",
         B, n.kernels, n.memsets, n.memcpys, n.hosts, n.others, n.joins,
         static_cast<long long>(graphs.captures()));
-    for (size_t i = 0; i < n.memset_bytes.size(); ++i)
-      std::printf("  memset node of %lld bytes (a step should hold none), %s\n",
-                  static_cast<long long>(n.memset_bytes[i]),
-                  i < n.memset_neighbours.size() ? n.memset_neighbours[i].c_str() : "");
-    const ops::cuda::LtAlgoStats lt = ops::cuda::lt_algo_stats();
-    std::printf(
-        "  cuBLASLt so far: %lld GEMMs; %lld took a later heuristic choice than the first (which "
-        "held a memset node), %lld had no choice without one\n",
-        static_cast<long long>(lt.gemms), static_cast<long long>(lt.later_choice),
-        static_cast<long long>(lt.no_clean_choice));
+    print_memset_nodes(n);
     rows.push_back(
         {"graph  B=" + std::to_string(B) + " ctx=" + std::to_string(o.context), tg,
          decode_cost(c, fp8, B, o.context,
@@ -287,6 +294,7 @@ void run_step_benchmark(const StepOptions& o) {
         "verify graph B=%d K=%d: %d kernels, %d memsets, %d memcpys, %d host nodes, %d "
         "other\n",
         B, K, n.kernels, n.memsets, n.memcpys, n.hosts, n.others);
+    print_memset_nodes(n);
     rows.push_back(
         {"vgraph B=" + std::to_string(B) + " K=" + std::to_string(K), tg,
          decode_cost(c, fp8, B, o.context,
