@@ -1,6 +1,7 @@
 // Runtime pieces shared by the CUDA twins: the scratch arena, the cuBLASLt handle and matmul
 // helper, and the F32 ↔ BF16 conversion kernel.
 //   convert: dst[i] = src[i], i < n; grid-stride, one element per thread per step.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
@@ -193,8 +194,9 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   // The algorithm: cuBLASLt's heuristic candidates in its order, the first whose matmul records
   // as kernels only (no memset node: some algorithms zero a counter of their own, see record()),
   // chosen once per GEMM on its first eager call and kept: the same algorithm eager and in every
-  // graph, and no heuristic query per call. If every candidate records other nodes, the
-  // heuristic's first (lt_algo_stats counts it). Inside a capture, a GEMM not seen eagerly before
+  // graph, and no heuristic query per call. If every candidate records other nodes, up to 32 more
+  // without split-K, the same way; if none of those either, the heuristic's first (lt_algo_stats
+  // counts it). Inside a capture, a GEMM not seen eagerly before
   // takes the heuristic's first, unkept (a graph runner runs each step eagerly before it captures
   // it, so this does not happen there).
   constexpr uint32_t kReductionSchemes = CUBLASLT_REDUCTION_SCHEME_NONE |
@@ -204,6 +206,9 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   // Heuristic candidates tried for a kernels-only capture: the heuristic's first few (its order is
   // its estimate of speed; further down they get slower).
   constexpr int kCandidates = 8;
+  // Where none of those records as kernels only: this many more, without split-K, tried the same
+  // way (each try is one throwaway capture, once per distinct GEMM shape).
+  constexpr int kWiderCandidates = 32;
   void* workspace = scratch(kScratchLtWorkspace, kWorkspaceBytes);
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
@@ -280,36 +285,59 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
     if (auto it = cache.choices.find(key); it != cache.choices.end()) choice = it->second;
   }
   if (!choice) {
-    cublasLtMatmulPreference_t pref = nullptr;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
-             "pref ws");
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                  &kReductionSchemes, sizeof(kReductionSchemes)),
-             "pref reduction");
+    // Up to `count` heuristic candidates under a reduction-scheme mask, in the heuristic's order,
+    // into heur[]; returns how many.
+    auto candidates = [&](uint32_t schemes, int count, cublasLtMatmulHeuristicResult_t* heur) {
+      cublasLtMatmulPreference_t pref = nullptr;
+      check_lt(cublasLtMatmulPreferenceCreate(&pref), "pref");
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
+               "pref ws");
+      check_lt(cublasLtMatmulPreferenceSetAttribute(
+                   pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
+               "pref reduction");
+      int found = 0;
+      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, la, lb, ld, ld,
+                                                               pref, count, heur, &found);
+      cublasLtMatmulPreferenceDestroy(pref);
+      return hs == CUBLAS_STATUS_SUCCESS ? std::max(found, 0) : 0;
+    };
+    // The first of heur[0 .. n) whose matmul records as kernels only, or −1.
+    auto first_clean = [&](const cublasLtMatmulHeuristicResult_t* heur, int n) {
+      for (int i = 0; i < n; ++i) {
+        if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        const cublasLtMatmulAlgo_t algo = heur[i].algo;
+        auto run = [&](cudaStream_t s) { return matmul(algo, s); };
+        Recorded rec = record(run);
+        if (rec == Recorded::Failed) rec = record(run);  // once more, past a one-time set-up
+        if (rec == Recorded::KernelsOnly) return i;
+      }
+      return -1;
+    };
     cublasLtMatmulHeuristicResult_t heur[kCandidates] = {};
-    int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt_handle(), op, la, lb, ld, ld, pref,
-                                                             kCandidates, heur, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const int found = candidates(kReductionSchemes, kCandidates, heur);
     LtChoice c;
-    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+    if (found > 0) {
       c.found = true;
       c.algo = heur[0].algo;
     }
     const bool keep = !c.found || !capturing();
     int taken = 0;  // the candidate kept: its index, or −1 when none captures as kernels only
     if (c.found && keep) {
-      taken = -1;
-      for (int i = 0; i < found && taken < 0; ++i) {
-        if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        auto run = [&](cudaStream_t s) { return matmul(heur[i].algo, s); };
-        Recorded rec = record(run);
-        if (rec == Recorded::Failed) rec = record(run);  // once more, past a one-time set-up
-        if (rec == Recorded::KernelsOnly) taken = i;
-      }
+      taken = first_clean(heur, found);
       if (taken > 0) c.algo = heur[taken].algo;
+      if (taken < 0) {
+        // None of the first few: a wider query without split-K (no workspace partials to zero)
+        // before settling for a memset node in every graph of this GEMM (the dsv32 verify graph
+        // at B = 64 held 17 of them, cuBLASLt's, at 192 tokens).
+        cublasLtMatmulHeuristicResult_t plain[kWiderCandidates] = {};
+        const int n = candidates(CUBLASLT_REDUCTION_SCHEME_NONE, kWiderCandidates, plain);
+        const int i = first_clean(plain, n);
+        if (i >= 0) {
+          c.algo = plain[i].algo;
+          taken = kCandidates + i;  // a later choice than the first query's
+        }
+      }
     }
     const std::lock_guard<std::mutex> lock(cache.mu);
     if (keep && cache.choices.emplace(key, c).second) {
