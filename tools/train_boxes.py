@@ -39,6 +39,12 @@ with the modules' own weights (transformers' indexer returns indices only, witho
   stage 2, sparse: each query attends only the indexer's top-2048 positions (SDPA with the
     selection as a mask); LM loss plus the same KL restricted to the selected positions.
   The indexer's inputs are detached; the MoE routers' correction bias is balanced without a loss.
+  Both stages add --attn-sup times a supervised-attention loss (default 0.3; 0 turns it off): one
+    head (--attn-sup-layer, default the last; --attn-sup-head) is trained by cross-entropy to put
+    its attention, at each position that predicts a count digit an answer restates ("Box K holds
+    N items."), on that digit in box K's fact in the prompt (its dense causal row, computed for
+    those rows only). The LM loss alone did not form the lookup in three GPU runs; with this loss
+    the CPU proxy (tools/boxes/cpu_proxy.py --attn-sup) did (bench/RESULTS.md, issue 19).
   stage 2 is short: the indexer has learnt its KL all through stage 1, so the top-2048 already
     holds what dense attention looked at, and a sparse step costs several dense ones (the
     selection mask through SDPA's memory-efficient kernel, no causal block skipping, for the rows
@@ -197,6 +203,19 @@ class Encoder:
             out.extend(ids)
         return out
 
+    def text_digits(self, s):
+        """(the ids of s, {character offset of each digit of s: the index of its token in the
+        ids}): every digit is one token (the pre-tokenizer isolates it)."""
+        out, at, off = [], {}, 0
+        for part in DIGIT_RUN.split(s):
+            if not part:
+                continue
+            if len(part) == 1 and "0" <= part <= "9":
+                at[off] = len(out)
+            out.extend(self.text(part))
+            off += len(part)
+        return out, at
+
     def text_counts(self, s):
         """(ids, [bool] per id: a count restated from the prompt, curriculum.count_token_mask)."""
         parts = [p for p in DIGIT_RUN.split(s) if p]
@@ -223,21 +242,38 @@ class Encoder:
             assert got == want, f"fast encoding differs from the tokenizer on {t[:80]!r}"
 
 
+FACT = re.compile(r"Box (\d+) holds (\d+) items\.")
+
+
 def conversation(enc, facts, qa):
-    """(ids, [(start, end)] of the trained solution tokens, [positions of the count tokens]) of
-    one training conversation."""
-    ids, spans, counts = [], [], []
+    """(ids, [(start, end)] of the trained solution tokens, [positions of the count tokens],
+    [(position of a count digit an answer restates, position of the same digit of that box's fact
+    in the prompt)]: the copy pairs the supervised attention head is trained on) of one training
+    conversation."""
+    ids, spans, counts, pairs = [], [], [], []
+    where = {}  # box -> positions of its count's digits in the fact list
     for t, (question, solution) in enumerate(qa):
         if t == 0:
-            ids += enc.prompt(facts + "\n" + question)
+            text = facts + "\n" + question
+            _, at = enc.text_digits(text)
+            base = len(ids) + 2  # prompt(): bos, user, then the text's ids
+            where = {int(m.group(1)): [base + at[c] for c in range(m.start(2), m.end(2))]
+                     for m in FACT.finditer(facts)}
+            ids += enc.prompt(text)
         else:
             ids += [enc.user] + enc.text(question) + [enc.assistant, enc.end_think]
         c, mask = enc.text_counts(solution)
+        _, sat = enc.text_digits(solution)
+        for m in FACT.finditer(solution):
+            src = where.get(int(m.group(1)))
+            dst = [sat[i] for i in range(m.start(2), m.end(2))]
+            if src is not None and len(src) == len(dst):
+                pairs += [(len(ids) + d, s) for d, s in zip(dst, src)]
         c.append(enc.eos)
         counts += [len(ids) + i for i, m in enumerate(mask) if m]
         spans.append((len(ids), len(ids) + len(c)))
         ids += c
-    return ids, spans, counts
+    return ids, spans, counts, pairs
 
 
 _ENC = None  # the forked data workers' encoder
@@ -249,8 +285,10 @@ def _make_conversation(job):
     facts, qa = make(seed, (lo, hi), turns, rng=boxes.PyRandom(seed))
     if not qa:
         return None
-    ids, spans, counts = conversation(_ENC, facts, qa)
-    return array.array("H", ids).tobytes(), spans, array.array("H", counts).tobytes()
+    ids, spans, counts, pairs = conversation(_ENC, facts, qa)
+    flat = [x for p in pairs for x in p]
+    return (array.array("H", ids).tobytes(), spans, array.array("H", counts).tobytes(),
+            array.array("H", flat).tobytes())
 
 
 def make_pool(enc, n_per_bucket, turns, workers, seed_base):
@@ -279,16 +317,19 @@ def make_pool(enc, n_per_bucket, turns, workers, seed_base):
 
 
 def make_batch(examples, device):
-    """Right-padded (pad = eos) ids, labels (-100 outside the solutions), valid mask, and the
-    [B, L] bool count-token mask (the labels only the lookup predicts); the KL query rows are
-    chosen later from `labels`."""
+    """Right-padded (pad = eos) ids, labels (-100 outside the solutions), valid mask, the
+    [B, L] bool count-token mask (the labels only the lookup predicts), and the copy pairs as an
+    [N, 3] long tensor (batch row, query position, key position): the query is the position whose
+    logits predict a restated count digit (the one before it), the key that digit's twin in the
+    prompt's fact; the KL query rows are chosen later from `labels`."""
     L = max(len(ex[0]) // 2 for ex in examples)
     L = (L + PAD_MULTIPLE - 1) // PAD_MULTIPLE * PAD_MULTIPLE
     ids_t = torch.full((len(examples), L), 1, dtype=torch.long)
     labels = torch.full((len(examples), L), -100, dtype=torch.long)
     valid = torch.zeros((len(examples), L), dtype=torch.bool)
     count = torch.zeros((len(examples), L), dtype=torch.bool)
-    for i, (raw, spans, raw_counts) in enumerate(examples):
+    rows = []
+    for i, (raw, spans, raw_counts, raw_pairs) in enumerate(examples):
         a = array.array("H")
         a.frombytes(raw)
         t = torch.tensor(a.tolist(), dtype=torch.long)
@@ -299,7 +340,11 @@ def make_batch(examples, device):
         c = array.array("H")
         c.frombytes(raw_counts)
         count[i, torch.tensor(c.tolist(), dtype=torch.long)] = True
-    return ids_t.to(device), labels.to(device), valid.to(device), count.to(device)
+        pr = array.array("H")
+        pr.frombytes(raw_pairs)
+        rows += [(i, pr[j] - 1, pr[j + 1]) for j in range(0, len(pr), 2)]
+    sup = torch.tensor(rows, dtype=torch.long).reshape(-1, 3)
+    return ids_t.to(device), labels.to(device), valid.to(device), count.to(device), sup.to(device)
 
 
 def weighted_lm_loss(logits, labels, count, count_weight):
@@ -353,6 +398,11 @@ class TrainState:
     kl = []          # one scalar per layer
     flash = True     # flash SDPA for the causal case (probed at start)
     masked = "sdpa"  # sdpa | chunked: how a selection mask is applied (probed at start)
+    sup = None       # [N, 3] copy pairs (batch row, query, key) to supervise, or None
+    sup_layer = -1   # the layer (index) and head whose attention rows they supervise
+    sup_head = 0
+    sup_logp = []    # the supervised head's log-probabilities at the targets, [N], one per call
+    sup_hit = []     # whether its argmax is the target, [N]
 
 
 def indexer_keys(ix, x, cos, sin):
@@ -473,6 +523,28 @@ def indexer_kl(ix, x, q_resid, cos, sin, query, key, sel, scale, rows, row_weigh
 _original_forward = mdl.DeepseekV32Attention.forward
 
 
+def supervised_rows(query, key, scale):
+    """The supervised head's softmax attention rows (causal, over every earlier key: the dense
+    distribution, whatever the step's selection) at TrainState.sup's query positions, computed
+    only for those rows, per batch row; appends each pair's target log-probability and hit.
+    query, key: [B, H, S, 192] BF16."""
+    sup, h = TrainState.sup, TrainState.sup_head
+    logp, hit = [], []
+    for b in sup[:, 0].unique().tolist():
+        rows = sup[sup[:, 0] == b]
+        q = query[b, h, rows[:, 1]].float()                # [n, 192]
+        k = key[b, h, :int(rows[:, 1].max()) + 1].float()  # [S', 192]
+        lg = (q @ k.t()) * scale                            # [n, S']
+        ar = torch.arange(k.shape[0], device=lg.device)
+        lg = lg.masked_fill(ar[None, :] > rows[:, 1:2], float("-inf"))
+        lp = torch.log_softmax(lg, -1)
+        logp.append(lp.gather(1, rows[:, 2:3]).squeeze(1))
+        hit.append(lp.argmax(-1) == rows[:, 2])
+    if logp:
+        TrainState.sup_logp.append(torch.cat(logp))
+        TrainState.sup_hit.append(torch.cat(hit))
+
+
 def training_attention_forward(self, hidden_states, position_embeddings, attention_mask,
                                past_key_values=None, position_ids=None, **kwargs):
     if not TrainState.active:
@@ -500,6 +572,8 @@ def training_attention_forward(self, hidden_states, position_embeddings, attenti
         sel = topk_selection(ix, x_d, q_d, cos, sin, topk)
     elif TrainState.mode == "recent" and S > topk:
         sel = recent_selection(B, S, topk, hidden_states.device)
+    if TrainState.sup is not None and getattr(self, "sup_index", -1) == TrainState.sup_layer:
+        supervised_rows(query, key, self.scaling)
     out = main_attention(query, key, value, sel, self.scaling, causal_rows=topk if sel is not None else 0)
     out = out.transpose(1, 2).reshape(B, S, -1)
     if TrainState.rows is not None:
@@ -838,6 +912,14 @@ def main():
                     help="test problems through transformers' generate after training")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn-sup", type=float, default=0.3,
+                    help="weight of the supervised-attention loss: one head (--attn-sup-layer, "
+                         "--attn-sup-head) is trained by cross-entropy to attend, where an answer "
+                         "restates a count, to that count's digit in the prompt's fact (0: off; "
+                         "the CPU proxy formed the lookup with it, tools/boxes/cpu_proxy.py)")
+    ap.add_argument("--attn-sup-layer", type=int, default=-1,
+                    help="the supervised head's layer (negative: from the last)")
+    ap.add_argument("--attn-sup-head", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="every path on little data, ~1-2 minutes")
     ap.add_argument("--eval-only", action="store_true",
                     help="no training: transformers' generate on --eval-n test problems of --out, "
@@ -913,6 +995,12 @@ def main():
         {"params": indexer_params, "weight_decay": 0.0, "base_lr": args.indexer_lr},
     ], lr=args.lr, betas=(0.9, 0.95), fused=True)
     routers = [m for m in model.modules() if isinstance(m, mdl.DeepseekV32TopkRouter)]
+    layers = model.model.layers
+    for i, layer in enumerate(layers):
+        layer.self_attn.sup_index = i  # training_attention_forward matches it to sup_layer
+    TrainState.sup_layer = args.attn_sup_layer % len(layers)
+    TrainState.sup_head = args.attn_sup_head
+    assert 0 <= TrainState.sup_head < config.num_attention_heads, "--attn-sup-head out of range"
     loads = {}
 
     def count_load(module, _inp, out):
@@ -976,15 +1064,22 @@ def main():
         scale = min(1.0, (step + 1) / args.warmup_steps) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
-        ids, labels, valid, count = make_batch(batch, "cuda")
+        ids, labels, valid, count, sup = make_batch(batch, "cuda")
         TrainState.rows, TrainState.row_weight = kl_rows(labels, valid, args.kl_queries, gen)
         TrainState.kl = []
+        TrainState.sup = sup if args.attn_sup > 0 and len(sup) else None
+        TrainState.sup_logp, TrainState.sup_hit = [], []
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(input_ids=ids, use_cache=False).logits
         lm_loss, plain_loss, count_acc, n_count = weighted_lm_loss(logits, labels, count,
                                                                    args.count_weight)
         kl = torch.stack(TrainState.kl).mean()
         loss = lm_loss + kl
+        attn_loss = attn_hit = None
+        if TrainState.sup_logp:  # the supervised head: cross-entropy against the fact's digit
+            attn_loss = -torch.cat(TrainState.sup_logp).mean()
+            attn_hit = torch.cat(TrainState.sup_hit).float().mean().item()
+            loss = loss + args.attn_sup * attn_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(main_params, 1.0)
@@ -1003,11 +1098,13 @@ def main():
                    "length": int(ids.shape[1]), "lm_loss": round(plain_loss.item(), 5),
                    "count_acc": None if acc is None else round(acc, 4), "level": level,
                    "indexer_kl": round(kl.item(), 5), "lr_scale": round(scale, 4),
+                   "attn_loss": None if attn_loss is None else round(attn_loss.item(), 4),
+                   "attn_hit": None if attn_hit is None else round(attn_hit, 4),
                    "max_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 1)}
             history.append(rec)
             print(json.dumps(rec), flush=True)
         step += 1
-    TrainState.active, TrainState.rows = False, None
+    TrainState.active, TrainState.rows, TrainState.sup = False, None, None
     train_seconds = time.time() - t_train
     final = history[-1] if history else {}
     print(f"trained {step} steps in {train_seconds:.0f} s; conversations per bucket {seen}", flush=True)
