@@ -203,31 +203,29 @@ class Encoder:
             out.extend(ids)
         return out
 
-    def text_digits(self, s):
-        """(the ids of s, {character offset of each digit of s: the index of its token in the
-        ids}): every digit is one token (the pre-tokenizer isolates it)."""
-        out, at, off = [], {}, 0
-        for part in DIGIT_RUN.split(s):
-            if not part:
-                continue
-            if len(part) == 1 and "0" <= part <= "9":
-                at[off] = len(out)
-            out.extend(self.text(part))
-            off += len(part)
-        return out, at
-
     def text_counts(self, s):
-        """(ids, [bool] per id: a count restated from the prompt, curriculum.count_token_mask)."""
+        """(ids, [bool] per id: a count restated from the prompt, curriculum.count_token_mask,
+        {character offset of each digit of s: the index of its token in the ids})."""
         parts = [p for p in DIGIT_RUN.split(s) if p]
-        ids, mask = [], []
+        ids, mask, at, off = [], [], {}, 0
         for part, is_count in zip(parts, count_token_mask(parts)):
+            if len(part) == 1 and "0" <= part <= "9":
+                at[off] = len(ids)
             got = self.text(part)
             ids += got
             mask += [is_count] * len(got)
-        return ids, mask
+            off += len(part)
+        return ids, mask, at
 
     def prompt(self, user_text):
-        return [self.bos, self.user] + self.text(user_text) + [self.assistant, self.end_think]
+        return self.prompt_digits(user_text)[0]
+
+    def prompt_digits(self, user_text):
+        """(prompt(user_text), {character offset of each digit of user_text: the index of its
+        token in the prompt})."""
+        body, _, at = self.text_counts(user_text)
+        head = [self.bos, self.user]
+        return head + body + [self.assistant, self.end_think], {c: len(head) + i for c, i in at.items()}
 
     def completion(self, solution):
         return self.text(solution) + [self.eos]
@@ -254,16 +252,13 @@ def conversation(enc, facts, qa):
     where = {}  # box -> positions of its count's digits in the fact list
     for t, (question, solution) in enumerate(qa):
         if t == 0:
-            text = facts + "\n" + question
-            _, at = enc.text_digits(text)
-            base = len(ids) + 2  # prompt(): bos, user, then the text's ids
-            where = {int(m.group(1)): [base + at[c] for c in range(m.start(2), m.end(2))]
+            prompt, at = enc.prompt_digits(facts + "\n" + question)
+            where = {int(m.group(1)): [len(ids) + at[c] for c in range(m.start(2), m.end(2))]
                      for m in FACT.finditer(facts)}
-            ids += enc.prompt(text)
+            ids += prompt
         else:
             ids += [enc.user] + enc.text(question) + [enc.assistant, enc.end_think]
-        c, mask = enc.text_counts(solution)
-        _, sat = enc.text_digits(solution)
+        c, mask, sat = enc.text_counts(solution)
         for m in FACT.finditer(solution):
             src = where.get(int(m.group(1)))
             dst = [sat[i] for i in range(m.start(2), m.end(2))]
