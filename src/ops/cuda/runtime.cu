@@ -196,9 +196,9 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const LtOperand& a, const LtOper
   // chosen once per GEMM on its first eager call and kept: the same algorithm eager and in every
   // graph, and no heuristic query per call. If every candidate records other nodes, up to 32 more
   // without split-K, the same way; if none of those either, the heuristic's first (lt_algo_stats
-  // counts it). Inside a capture, a GEMM not seen eagerly before
-  // takes the heuristic's first, unkept (a graph runner runs each step eagerly before it captures
-  // it, so this does not happen there).
+  // counts it). Inside a capture, a GEMM not seen eagerly before takes the heuristic's first,
+  // unkept (a graph runner runs each step eagerly before it captures it, so this does not happen
+  // there).
   constexpr uint32_t kReductionSchemes = CUBLASLT_REDUCTION_SCHEME_NONE |
                                          CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                                          CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
